@@ -1,0 +1,14 @@
+"""simulmt: simultaneous machine translation with decoder-only LLMs (ExPosST position slots and baselines)."""
+
+from simulmt.errors import SimulmtError
+from simulmt.examples import TrainingExample, build_examples
+from simulmt.layouts import LAYOUTS, make_layout
+from simulmt.policies import POLICIES, Action, Offline, ReadN, Scheduled, StreamState, WaitK, make_policy
+from simulmt.session import DecodeConfig, StreamingSession, Translation, WrittenWord
+from simulmt.translator import Translator
+
+__version__ = "0.1.0"
+
+__all__ = ["Action", "DecodeConfig", "LAYOUTS", "Offline", "POLICIES", "ReadN", "Scheduled", "SimulmtError",
+           "StreamState", "StreamingSession", "TrainingExample", "Translation", "Translator", "WaitK",
+           "WrittenWord", "build_examples", "make_layout", "make_policy", "__version__"]

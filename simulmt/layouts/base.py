@@ -1,0 +1,113 @@
+"""What every layout is: a small state machine over placed tokens, driven by READ / open / WRITE events.
+
+The same events drive both sides, so no layout logic is written twice:
+
+* training (``simulmt.examples``) replays a whole sentence pair along a schedule and takes the final list of
+  placed tokens as one training sequence;
+* streaming inference (``simulmt.session``) sends the events as they happen and, before every proposal, feeds the
+  model whatever part of the list is not already in the KV cache (cropping the cache where the list changed).
+
+Events:
+
+* ``read(state, unit)``: a source unit's tokens arrive.
+* ``open_target(state)``: make the last placed token one whose output predicts the next target token.
+* ``write(state, token, word)``: a target token (of target word ``word``) is accepted.
+* ``write_end(state, token)``: the token that ends the translation (training only; never fed in streaming).
+
+Deferral (the one-token rollback of design.md §2): the token whose output predicts the first token of word j
+must see the source read for word j. When a read comes after target text, layouts that append source into the
+cache take the last target token off the list, place the new source, and put that token back after it. Its
+position id does not change, only its place in time, so streaming crops it from the cache and feeds it again
+together with the new source: one forward, exact parity with training.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from simulmt.placed import PlacedToken, Role
+from simulmt.prompt_format import PromptFormat
+from simulmt.visibility import Visibility
+
+
+@dataclass
+class LayoutState:
+    fmt: PromptFormat
+    tokens: list[PlacedToken] = field(default_factory=list)  # time order == KV cache order
+    units_read: int = 0
+    source_tokens: int = 0  # source tokens placed so far
+    opened: bool = False  # a target opener is placed for the current slot / turn
+    target_written: bool = False  # target tokens follow that opener
+
+    @property
+    def next_position(self) -> int:
+        return self.tokens[-1].position + 1 if self.tokens else 0
+
+
+class Layout(ABC):
+    name: ClassVar[str]
+    visibility: ClassVar[Visibility] = Visibility(source_sees_target=False)
+    reuses_cache: ClassVar[bool] = True  # False: the target prefix is recomputed at reads
+
+    def start(self, fmt: PromptFormat) -> LayoutState:
+        state = self.new_state(fmt)
+        place(state, fmt.prompt, Role.PROMPT, 0)
+        return state
+
+    def new_state(self, fmt: PromptFormat) -> LayoutState:
+        return LayoutState(fmt)
+
+    @abstractmethod
+    def read(self, state: LayoutState, unit: tuple[int, ...]) -> None: ...
+
+    @abstractmethod
+    def open_target(self, state: LayoutState) -> None: ...
+
+    def write(self, state: LayoutState, token_id: int, word: int) -> None:
+        if not state.tokens[-1].role.target_side:
+            raise RuntimeError(f"{self.name}: write before open_target")
+        state.tokens.append(PlacedToken(token_id, state.next_position, Role.TARGET, word))
+        state.target_written = True
+
+    def write_end(self, state: LayoutState, token_id: int) -> None:
+        state.tokens.append(PlacedToken(token_id, state.next_position, Role.END))
+
+    def continues_text(self, state: LayoutState) -> bool:
+        """Does the next target token continue the target text directly (no marker in between)?"""
+        return bool(state.tokens) and state.tokens[-1].role is Role.TARGET
+
+    def training_view(self, tokens: list[PlacedToken]) -> list[PlacedToken]:
+        """The placed list that training uses for the final list of a sentence (the same, except for ``naive``)."""
+        return tokens
+
+    def describe(self) -> str:
+        return self.name
+
+
+def place(state: LayoutState, ids: tuple[int, ...], role: Role, first_position: int, unit: int = -1) -> None:
+    """Append ``ids`` with consecutive positions starting at ``first_position``."""
+    for i, token_id in enumerate(ids):
+        state.tokens.append(PlacedToken(token_id, first_position + i, role, unit))
+
+
+def retract_tentative_opener(state: LayoutState) -> None:
+    """An opener with no target text after it was only placed to ask for a proposal: take it back.
+
+    It is placed again by the next ``open_target``, after the new source, so that it sees it.
+    """
+    if state.opened and not state.target_written:
+        while state.tokens and state.tokens[-1].role is Role.TARGET_MARKER:
+            state.tokens.pop()
+        state.opened = False
+
+
+def place_source_before_last_target(state: LayoutState, unit: tuple[int, ...], first_position: int) -> None:
+    """Place a source unit; if target text ends the list, its last token is moved after the unit (deferral)."""
+    deferred = state.tokens.pop() if state.target_written and state.tokens[-1].role is Role.TARGET else None
+    place(state, unit, Role.SOURCE, first_position, unit=state.units_read)
+    if deferred is not None:
+        state.tokens.append(deferred)
+    state.units_read += 1
+    state.source_tokens += len(unit)

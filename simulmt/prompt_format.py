@@ -1,0 +1,129 @@
+"""The token pieces a layout is assembled from: prompt, role markers, end tokens, source units, target words.
+
+Markers come from the tokenizer's chat template when it has one (rendered once with placeholder messages and cut
+at the placeholders), and from plain-text markers otherwise::
+
+    chat  : <bos><start_of_turn>user\\n{instruction}\\n | src | <end_of_turn>\\n<start_of_turn>model\\n | tgt
+             | <end_of_turn> | \\n<start_of_turn>user\\n | src ...
+    plain : <bos>{instruction}\\nEnglish: | src | \\nGerman: | tgt | <eos> | \\nEnglish: | src ...
+
+Pieces: ``prompt`` | source | ``target_opener`` | target | ``turn_end`` | ``user_header`` | source ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulmt.errors import SimulmtError
+
+LANGUAGES = {
+    "en": "English", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "nl": "Dutch",
+    "ro": "Romanian", "pt": "Portuguese", "cs": "Czech", "pl": "Polish", "ru": "Russian", "uk": "Ukrainian",
+    "zh": "Chinese", "ja": "Japanese", "ko": "Korean", "ar": "Arabic", "tr": "Turkish", "sv": "Swedish",
+}
+
+
+def language_name(code_or_name: str) -> str:
+    """'de' or 'German' -> 'German'; anything else is a clear error."""
+    key = code_or_name.strip()
+    if key.lower() in LANGUAGES:
+        return LANGUAGES[key.lower()]
+    for name in LANGUAGES.values():
+        if name.lower() == key.lower():
+            return name
+    known = ", ".join(f"{c} ({n})" for c, n in LANGUAGES.items())
+    raise SimulmtError(f"unknown language {code_or_name!r}; known languages: {known}")
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    prompt: tuple[int, ...]  # opening of the sequence, up to the first source token
+    target_opener: tuple[int, ...]  # closes the source side, opens the target side
+    turn_end: tuple[int, ...]  # ends a target segment (predicted in turn-based layouts)
+    user_header: tuple[int, ...]  # opens a new source turn / slot after target text
+    end_id: int  # the token that ends the translation (predicted)
+    stop_ids: frozenset[int]  # any of these proposed by the model ends the segment or the sentence
+    source_first_space: bool  # does the first source word need a leading space (text before it has none)?
+    target_first_space: bool  # same for the first target word after the target opener
+    chat: bool  # built from a chat template?
+
+
+def _ids(tokenizer, text: str) -> tuple[int, ...]:
+    return tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _instruction(source_lang: str, target_lang: str) -> str:
+    return f"Translate the following {source_lang} text into {target_lang}."
+
+
+def build_format(tokenizer, source_lang: str = "en", target_lang: str = "de", use_chat_template: bool = True) -> PromptFormat:
+    src, tgt = language_name(source_lang), language_name(target_lang)
+    if use_chat_template and getattr(tokenizer, "chat_template", None):
+        return _chat_format(tokenizer, src, tgt)
+    return _plain_format(tokenizer, src, tgt)
+
+
+def _plain_format(tokenizer, src: str, tgt: str) -> PromptFormat:
+    bos = (tokenizer.bos_token_id,) if tokenizer.bos_token_id is not None else ()
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise SimulmtError("the tokenizer has no eos token: the translation end cannot be predicted")
+    return PromptFormat(
+        prompt=bos + _ids(tokenizer, f"{_instruction(src, tgt)}\n{src}:"),
+        target_opener=_ids(tokenizer, f"\n{tgt}:"),
+        turn_end=(eos,),
+        user_header=_ids(tokenizer, f"\n{src}:"),
+        end_id=eos,
+        stop_ids=frozenset({eos}),
+        source_first_space=True,
+        target_first_space=True,
+        chat=False,
+    )
+
+
+_U1, _T1, _U2 = "XQSRCONEQX", "XQTGTONEQX", "XQSRCTWOQX"
+
+
+def _chat_format(tokenizer, src: str, tgt: str) -> PromptFormat:
+    render = lambda msgs: tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)  # noqa: E731
+    one = render([{"role": "user", "content": _U1}])
+    two = render([{"role": "user", "content": _U1}, {"role": "assistant", "content": _T1},
+                  {"role": "user", "content": _U2}])
+    head, _, opener = one.partition(_U1)
+    try:
+        head2, rest = two.split(_U1)
+        opener2, rest = rest.split(_T1)
+        between, opener3 = rest.split(_U2)
+    except ValueError:
+        raise SimulmtError("the tokenizer's chat template does not render user/assistant turns in a way simulmt "
+                           "understands; pass use_chat_template=False to use plain-text markers") from None
+    if head2 != head or opener2 != opener or opener3 != opener or not between:
+        raise SimulmtError("the tokenizer's chat template renders turns inconsistently (e.g. a template that "
+                           "rewrites earlier assistant turns); pass use_chat_template=False for plain markers")
+    between_ids = _ids(tokenizer, between)
+    end_id = between_ids[0]
+    prompt_text = head + _instruction(src, tgt) + "\n"
+    prompt = _ids(tokenizer, prompt_text)
+    stops = {end_id}
+    if tokenizer.eos_token_id is not None:
+        stops.add(tokenizer.eos_token_id)
+    return PromptFormat(
+        prompt=prompt,
+        target_opener=_ids(tokenizer, opener),
+        turn_end=(end_id,),
+        user_header=between_ids[1:],
+        end_id=end_id,
+        stop_ids=frozenset(stops),
+        source_first_space=not prompt_text[-1:].isspace(),
+        target_first_space=not opener[-1:].isspace(),
+        chat=True,
+    )
+
+
+def source_units(tokenizer, fmt: PromptFormat, words: list[str]) -> list[tuple[int, ...]]:
+    """Token ids of each source word. Every word but the first carries its leading space."""
+    return [_ids(tokenizer, (" " if (i > 0 or fmt.source_first_space) else "") + w) for i, w in enumerate(words)]
+
+
+def word_tokens(tokenizer, word: str, leading_space: bool) -> tuple[int, ...]:
+    return _ids(tokenizer, (" " if leading_space else "") + word)

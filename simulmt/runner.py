@@ -1,0 +1,117 @@
+"""One forward pass of a Hugging Face causal LM over placed tokens: explicit positions, explicit masks, a cache.
+
+The runner holds no stream state. It turns a boolean visibility matrix into the additive 4-D mask(s) the model
+takes (one per attention type: models with sliding-window layers, e.g. Gemma 3, get a separate sliding mask as a
+dict keyed by layer type), and counts the compute of every call (design.md §4).
+
+The KV cache is a ``transformers.DynamicCache`` made without a config, so sliding-window layers keep every key
+(they are masked instead): cropping it to any length is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from simulmt.errors import SimulmtError
+from simulmt.visibility import additive, sliding
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """FLOPs of a forward: 2 x non-embedding params per token, 4 x layers x attention width per (query, visible
+    key) pair, and the LM head (2 x hidden x vocab) per row of logits computed."""
+
+    non_embedding_params: int
+    layers: int
+    attention_width: int
+    hidden: int
+    vocab: int
+
+    def flops(self, tokens: int, visible_pairs: int, logit_rows: int) -> float:
+        return (2.0 * self.non_embedding_params * tokens + 4.0 * self.layers * self.attention_width * visible_pairs
+                + 2.0 * self.hidden * self.vocab * logit_rows)
+
+
+def _text_config(model):
+    config = model.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def compute_model(model) -> ComputeModel:
+    config = _text_config(model)
+    inp, out = model.get_input_embeddings(), model.get_output_embeddings()
+    total = sum(p.numel() for p in model.parameters())
+    embedding = inp.weight.numel()
+    head = 0 if out is None or out.weight is inp.weight else out.weight.numel()
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return ComputeModel(non_embedding_params=total - embedding - head, layers=config.num_hidden_layers,
+                        attention_width=config.num_attention_heads * head_dim, hidden=config.hidden_size,
+                        vocab=inp.weight.shape[0])
+
+
+class ModelRunner:
+    def __init__(self, model):
+        self.model = model
+        config = _text_config(model)
+        self.max_positions = getattr(config, "max_position_embeddings", None)
+        self.window = getattr(config, "sliding_window", None)
+        types = list(getattr(config, "layer_types", None) or [])
+        if not types:  # e.g. Mistral: every layer slides when sliding_window is set
+            types = ["sliding_attention" if self.window else "full_attention"]
+        self.attention_types = sorted(set(types))
+        self.compute = compute_model(model)
+        self.dtype = next(model.parameters()).dtype
+        self.device = next(model.parameters()).device
+
+    def masks(self, visible: torch.Tensor, query_start: int):
+        """(Q, K) boolean -> the ``attention_mask`` argument: a (1, 1, Q, K) float tensor, or a dict of them."""
+        out = {}
+        for kind in self.attention_types:
+            v = sliding(visible, query_start, self.window) if kind == "sliding_attention" and self.window else visible
+            out[kind] = additive(v, self.dtype)[None, None].to(self.device)
+        return out if len(out) > 1 else out[self.attention_types[0]]
+
+    def check_positions(self, positions: list[int]) -> None:
+        if self.max_positions is not None and positions and max(positions) >= self.max_positions:
+            raise ContextOverflowError(
+                f"the stream needs position id {max(positions)}, beyond the model's context of {self.max_positions} "
+                f"positions; split the input into shorter lines (or use a smaller slot / phi)")
+
+    @torch.no_grad()
+    def forward(self, ids: list[int], positions: list[int], visible: torch.Tensor, query_start: int,
+                cache=None, logits_to_keep: int = 1) -> tuple[torch.Tensor, float]:
+        """Feed ``ids`` (the queries, which follow ``query_start`` cached keys). Returns (logits of the last
+        ``logits_to_keep`` queries, or all when 0; FLOPs)."""
+        self.check_positions(positions)
+        out = self.model(
+            input_ids=torch.tensor([ids], device=self.device),
+            position_ids=torch.tensor([positions], device=self.device),
+            attention_mask=self.masks(visible, query_start),
+            past_key_values=cache,
+            use_cache=cache is not None,
+            logits_to_keep=logits_to_keep,
+        )
+        rows = len(ids) if logits_to_keep == 0 else min(logits_to_keep, len(ids))
+        flops = self.compute.flops(len(ids), int(visible.sum()), rows)
+        return out.logits[0].float(), flops
+
+
+def new_cache():
+    from transformers import DynamicCache
+
+    return DynamicCache()
+
+
+def crop_cache(cache, keep: int) -> None:
+    """Keep the first ``keep`` positions of the cache (transformers 5 crops by a negative count to remove)."""
+    remove = cache.get_seq_length() - keep
+    if remove < 0:
+        raise ValueError(f"cannot keep {keep} cached tokens: the cache holds {cache.get_seq_length()}")
+    if remove:
+        cache.crop(-remove)
+
+
+class ContextOverflowError(SimulmtError):
+    """The stream does not fit in the model's context."""

@@ -1,0 +1,65 @@
+"""The Python API: a model + tokenizer + language pair, ready to open streaming sessions.
+
+    from simulmt import Translator
+    tr = Translator.load("gemma-3-270m")                      # or a local dir / hub id; adapter="dir"
+    result = tr.translate("A man is riding a bike.", layout="expost", policy="wait-k", k=3)
+    print(result.prediction, result.delays)
+
+    session = tr.session(layout="expost", policy="wait-k", k=3)   # live: push words as they arrive
+    session.push(["A", "man"]);  for word in session.advance(): print(word.text)
+    session.push(["is", "riding"], finished=True); ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from simulmt.examples import TrainingExample, build_examples
+from simulmt.layouts import Layout, make_layout
+from simulmt.policies import Policy, make_policy
+from simulmt.prompt_format import PromptFormat, build_format, source_units
+from simulmt.runner import ModelRunner
+from simulmt.session import DecodeConfig, StreamingSession, Translation, WrittenWord, word_start_table
+
+
+class Translator:
+    def __init__(self, model, tokenizer, *, source_lang: str = "en", target_lang: str = "de",
+                 use_chat_template: bool = True, name: str = ""):
+        self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.source_lang, self.target_lang = source_lang, target_lang
+        self.fmt: PromptFormat = build_format(tokenizer, source_lang, target_lang, use_chat_template)
+        self.runner = ModelRunner(model)
+        self.word_starts = word_start_table(tokenizer, self.runner.compute.vocab)
+
+    @classmethod
+    def load(cls, model: str | None = None, adapter: str | None = None, *, source_lang: str = "en",
+             target_lang: str = "de", use_chat_template: bool = True, **load_kwargs) -> "Translator":
+        from simulmt.models import DEFAULT_MODEL, load_model
+
+        loaded = load_model(model or DEFAULT_MODEL, adapter, **load_kwargs)
+        name = loaded.name + (f"+{loaded.adapter}" if loaded.adapter else "")
+        return cls(loaded.model, loaded.tokenizer, source_lang=source_lang, target_lang=target_lang,
+                   use_chat_template=use_chat_template, name=name)
+
+    def session(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = 3, n: int = 3,
+                slot: int = 16, phi: int = 256, config: DecodeConfig | None = None,
+                forced: list[tuple[int, int]] | None = None, record: bool = False) -> StreamingSession:
+        layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
+        policy = make_policy(policy, k=k, n=n) if isinstance(policy, str) else policy
+        return StreamingSession(self.runner, self.tokenizer, self.fmt, layout, policy, self.word_starts,
+                                config or DecodeConfig(), forced=forced, record=record, model_name=self.name)
+
+    def translate(self, text: str, layout: str | Layout = "expost", policy: str | Policy = "wait-k",
+                  **kwargs) -> Translation:
+        return self.session(layout, policy, **kwargs).run(text)
+
+    def stream(self, text: str, layout: str | Layout = "expost", policy: str | Policy = "wait-k",
+               **kwargs) -> Iterator[WrittenWord | Translation]:
+        """Yield each word as it is written, then the final ``Translation``."""
+        session = self.session(layout, policy, **kwargs)
+        yield from session.stream(text)
+        yield session.result()
+
+    def training_examples(self, layout: Layout, source: str, target: str, delays: list[int]) -> list[TrainingExample]:
+        units = source_units(self.tokenizer, self.fmt, source.split())
+        return build_examples(layout, self.fmt, self.tokenizer, units, target.split(), delays)

@@ -1,0 +1,67 @@
+"""The visibility rule: which earlier placed token a query token may attend to.
+
+Tokens are in time order (the order streaming inference feeds them). A query at index q may see a key at index
+k only if k <= q (it exists when q is fed), and:
+
+* a source-side query (prompt, source, source marker) never sees a target-side key, unless the layout is a plain
+  chat (``source_sees_target``): new source tokens join the cache without depending on the target written so far;
+* a target-side query sees every earlier key. Which source it sees is therefore decided by *when* the layout
+  places it: the token whose output predicts the first token of target word j is placed after the g(j)-th
+  source unit was read (layouts defer it past later reads, see ``simulmt.layouts``).
+
+Example, wait-1 on "a b" -> "X Y" (s = source, m = target marker, t = target), expost time order::
+
+          p  sa  m  tX  sb  tX'  tY
+    p     ■
+    sa    ■  ■
+    m     ■  ■   ■
+    tX    ■  ■   ■  ■
+    sb    ■  ■   ⬚  ⬚   ■             <- a source query never sees target keys
+    tX'   ■  ■   ■  ■   ■   ■         (tX' is the last token of X, re-placed after sb: it predicts Y)
+    tY    ■  ■   ■  ■   ■   ■   ■
+
+Sliding-window layers (Gemma 3 and others) additionally hide keys whose *index* is ``window`` or more behind the
+query (index distance = cache distance, the same in training and in streaming).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from simulmt.placed import PlacedToken
+
+
+@dataclass(frozen=True)
+class Visibility:
+    source_sees_target: bool = False
+
+    def matrix(self, tokens: list[PlacedToken], query_start: int = 0) -> torch.Tensor:
+        """Boolean (Q, K) matrix for queries ``tokens[query_start:]`` over keys ``tokens[:]`` (True = visible)."""
+        target_side = torch.tensor([t.role.target_side for t in tokens], dtype=torch.bool)
+        return self.matrix_from_sides(target_side, query_start)
+
+    def matrix_from_sides(self, target_side: torch.Tensor, query_start: int = 0) -> torch.Tensor:
+        n = target_side.shape[0]
+        q_idx = torch.arange(query_start, n).unsqueeze(1)  # (Q, 1)
+        k_idx = torch.arange(n).unsqueeze(0)  # (1, K)
+        visible = k_idx <= q_idx  # causal in time order
+        if not self.source_sees_target:
+            source_query = ~target_side[query_start:].unsqueeze(1)  # (Q, 1)
+            target_key = target_side.unsqueeze(0)  # (1, K)
+            visible = visible & ~(source_query & target_key)
+        return visible
+
+
+def sliding(visible: torch.Tensor, query_start: int, window: int) -> torch.Tensor:
+    """Restrict a (Q, K) visibility matrix to keys less than ``window`` indices behind each query."""
+    q_idx = torch.arange(query_start, query_start + visible.shape[0]).unsqueeze(1)
+    k_idx = torch.arange(visible.shape[1]).unsqueeze(0)
+    return visible & (q_idx - k_idx < window)
+
+
+def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(..., Q, K) boolean -> float mask to add to attention scores: 0 where visible, the dtype's minimum elsewhere."""
+    mask = torch.zeros(visible.shape, dtype=dtype)
+    return mask.masked_fill(~visible, torch.finfo(dtype).min)
