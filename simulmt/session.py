@@ -206,14 +206,15 @@ class StreamingSession:
     def _commit(self) -> Iterator[WrittenWord]:
         if not self.current:
             return
-        elapsed = (time.perf_counter() - self.t0) * 1000.0
         text = self.tokenizer.decode(self.current, skip_special_tokens=True).strip()
-        word = WrittenWord(len(self.written), text, tuple(self.current), self.current_delay, elapsed)
+        tokens, self.current = tuple(self.current), []
+        if not text:  # e.g. a lone space token: it stays in the target text but is not a word of its own
+            return
+        elapsed = (time.perf_counter() - self.t0) * 1000.0
+        word = WrittenWord(len(self.written), text, tokens, self.current_delay, elapsed)
         self.written.append(word)
-        self.current = []
         self.segment_words += 1
-        if text:
-            yield word
+        yield word
 
     def _max_words(self) -> int:
         return int(self.config.max_len_a * len(self.units)) + self.config.max_len_b
