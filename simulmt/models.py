@@ -456,8 +456,11 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     attn_implementation: str = "sdpa",
     cache_dir: str | Path | None = None,
+    device: str | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer (and a PEFT adapter on top), in eval mode.
+
+    ``device``: where the model runs; default ``cuda`` when a GPU is visible, else ``cpu``.
 
     See the module docstring for how ``name`` is resolved. Raises
     :class:`ModelNotFoundError` when ``name`` resolves to nothing, and
@@ -510,6 +513,7 @@ def load_model(
     model, tokenizer = loaded
     if adapter is not None:
         model = _load_adapter(model, adapter)
+    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.eval()
     return LoadedModel(
         model=model,

@@ -120,9 +120,20 @@ def _chat_format(tokenizer, src: str, tgt: str) -> PromptFormat:
     )
 
 
-def source_units(tokenizer, fmt: PromptFormat, words: list[str]) -> list[tuple[int, ...]]:
-    """Token ids of each source word. Every word but the first carries its leading space."""
-    return [_ids(tokenizer, (" " if (i > 0 or fmt.source_first_space) else "") + w) for i, w in enumerate(words)]
+def source_units(tokenizer, fmt: PromptFormat, words: list[str], first_index: int = 0) -> list[tuple[int, ...]]:
+    """Token ids of each source word (``words`` start at word ``first_index`` of the sentence). Every word but
+    the sentence's first carries its leading space."""
+    return [_ids(tokenizer, (" " if (first_index + i > 0 or fmt.source_first_space) else "") + w)
+            for i, w in enumerate(words)]
+
+
+def newline_ids(tokenizer) -> frozenset[int]:
+    """Ids of the vocabulary pieces that hold a line break: with plain markers a base model ends the target line
+    with one (and would go on with a new "English:" line)."""
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    return frozenset(i for i, p in enumerate(pieces)
+                     if p and i not in special and ("\n" in p or "Ċ" in p or p == "<0x0A>"))
 
 
 def word_tokens(tokenizer, word: str, leading_space: bool) -> tuple[int, ...]:

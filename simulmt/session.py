@@ -124,9 +124,8 @@ class StreamingSession:
             raise SimulmtError("the source of this session has already finished")
         if self.t0 is None:
             self.t0 = time.perf_counter()
-        first = len(self.source_words)
+        self.units += source_units(self.tokenizer, self.fmt, words, first_index=len(self.source_words))
         self.source_words += words
-        self.units += source_units(self.tokenizer, self.fmt, self.source_words)[first:]
         self.stream_finished = finished
 
     @property

@@ -13,11 +13,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from simulmt.examples import TrainingExample, build_examples
 from simulmt.layouts import Layout, make_layout
 from simulmt.policies import Policy, make_policy
-from simulmt.prompt_format import PromptFormat, build_format, source_units
+from simulmt.prompt_format import PromptFormat, build_format, newline_ids, source_units
 from simulmt.runner import ModelRunner
 from simulmt.session import DecodeConfig, StreamingSession, Translation, WrittenWord, word_start_table
 
@@ -27,7 +28,10 @@ class Translator:
                  use_chat_template: bool = True, name: str = ""):
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.source_lang, self.target_lang = source_lang, target_lang
-        self.fmt: PromptFormat = build_format(tokenizer, source_lang, target_lang, use_chat_template)
+        fmt = build_format(tokenizer, source_lang, target_lang, use_chat_template)
+        if not fmt.chat:  # plain markers: a line break ends the translation too
+            fmt = replace(fmt, stop_ids=fmt.stop_ids | newline_ids(tokenizer))
+        self.fmt: PromptFormat = fmt
         self.runner = ModelRunner(model)
         self.word_starts = word_start_table(tokenizer, self.runner.compute.vocab)
 

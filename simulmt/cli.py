@@ -1,0 +1,300 @@
+"""The command line: ``simulmt translate`` and ``simulmt demo``.
+
+Each subcommand's options are a frozen dataclass; its fields (type, default, ``metadata["help"]``) become the
+subparser's arguments through :func:`add_dataclass_arguments`, and its ``__post_init__`` validates them. Invalid
+options are argument errors (exit code 2) found before any model is loaded; a model that cannot be loaded is
+exit code 1 with its message; a line that cannot be translated (e.g. too long for the model's context) is
+reported and skipped, and makes the exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import TextIO
+
+from simulmt import __version__
+from simulmt.errors import SimulmtError
+from simulmt.layouts import LAYOUTS
+from simulmt.models import DEFAULT_MODEL, packaged_model_names
+from simulmt.policies import POLICIES
+from simulmt.prompt_format import language_name
+from simulmt.session import Translation
+
+if typing.TYPE_CHECKING:
+    from simulmt.translator import Translator
+
+_MODEL_HELP = (f"packaged short name ({', '.join(packaged_model_names())}), local checkpoint directory or "
+               f"Hugging Face hub id; default: {DEFAULT_MODEL}")
+
+
+# ---- options ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TranslateOptions:
+    input: str = field(default="-", metadata={
+        "help": "text file with one source sentence per line; '-' (default) reads standard input",
+        "positional": True, "metavar": "FILE"})
+    model: str | None = field(default=None, metadata={"help": _MODEL_HELP, "metavar": "NAME"})
+    adapter: str | None = field(default=None, metadata={
+        "help": "directory of a PEFT adapter to load on the model", "metavar": "DIR"})
+    layout: str = field(default="expost", metadata={
+        "help": "how source and target tokens are placed in the model's context", "choices": tuple(LAYOUTS)})
+    policy: str = field(default="wait-k", metadata={
+        "help": "when to read the next source word and when to write a target word", "choices": tuple(POLICIES)})
+    k: int = field(default=3, metadata={"help": "wait-k: write target word j once k + j - 1 source words are read"})
+    n: int = field(default=3, metadata={"help": "read-n: source words read before each written segment"})
+    slot: int = field(default=16, metadata={"help": "expost: length of a source position slot, in tokens"})
+    phi: int = field(default=256, metadata={"help": "gpe: first position id of the target group"})
+    source_lang: str = field(default="en", metadata={
+        "help": "source language (code or English name)", "metavar": "LANG"})
+    target_lang: str = field(default="de", metadata={
+        "help": "target language (code or English name)", "metavar": "LANG"})
+    jsonl: bool = field(default=False, metadata={
+        "help": "write one JSON object per input line (prediction, delays, timings, compute counts)"})
+    device: str | None = field(default=None, metadata={
+        "help": "where the model runs (cpu, cuda, cuda:1, ...); default: cuda when a GPU is visible, else cpu"})
+    dtype: str = field(default="float32", metadata={
+        "help": "model weights' dtype (bfloat16 halves memory on a GPU)", "choices": ("float32", "bfloat16", "float16")})
+
+    def __post_init__(self):
+        if self.layout not in LAYOUTS:
+            raise SimulmtError(f"unknown layout {self.layout!r}; choose one of: {', '.join(LAYOUTS)}")
+        if self.policy not in POLICIES:
+            raise SimulmtError(f"unknown policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
+        for name in ("k", "n", "slot", "phi"):
+            if getattr(self, name) < 1:
+                raise SimulmtError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        language_name(self.source_lang)  # raises SimulmtError with the list of known languages
+        language_name(self.target_lang)
+
+    def session_kwargs(self) -> dict:
+        return dict(layout=self.layout, policy=self.policy, k=self.k, n=self.n, slot=self.slot, phi=self.phi)
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    model: str | None = field(default=None, metadata={"help": _MODEL_HELP, "metavar": "NAME"})
+    adapter: str | None = field(default=None, metadata={
+        "help": "directory of a PEFT adapter to load on the model", "metavar": "DIR"})
+    k: int = field(default=3, metadata={"help": "wait-k: write target word j once k + j - 1 source words are read"})
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise SimulmtError(f"--k must be at least 1, got {self.k}")
+
+
+# ---- dataclass -> argparse ---------------------------------------------------------------------------------------
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a field's default in its help, unless there is nothing to show (None, off, already said)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _field_type(hint) -> tuple[type, bool]:
+    """(base type, optional?) of a field's annotation: ``int`` -> (int, False), ``str | None`` -> (str, True)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"unsupported option type {hint!r}")
+        return args[0], True
+    return hint, False
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One argument per dataclass field: ``--field-name`` (or positional), typed, with its default and help."""
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        base, _ = _field_type(hints[f.name])
+        meta = f.metadata
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        kwargs: dict = {"help": meta.get("help", ""), "default": default}
+        if "choices" in meta:
+            kwargs["choices"] = meta["choices"]
+        if "metavar" in meta:
+            kwargs["metavar"] = meta["metavar"]
+        if meta.get("positional"):
+            parser.add_argument(f.name, nargs="?", type=base, **kwargs)
+        elif base is bool:
+            parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, action="store_true", **kwargs)
+        else:
+            parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=base, **kwargs)
+
+
+def dataclass_from_namespace(cls: type, namespace: argparse.Namespace):
+    return cls(**{f.name: getattr(namespace, f.name) for f in fields(cls)})
+
+
+# ---- the model (tests replace this) ------------------------------------------------------------------------------
+def _load_translator(*, model: str | None, adapter: str | None, source_lang: str = "en",
+                     target_lang: str = "de", device: str | None = None, dtype: str = "float32") -> "Translator":
+    import torch
+
+    from simulmt.translator import Translator
+
+    return Translator.load(model or DEFAULT_MODEL, adapter, source_lang=source_lang, target_lang=target_lang,
+                           device=device, dtype=getattr(torch, dtype))
+
+
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def _stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+# ---- translate ---------------------------------------------------------------------------------------------------
+def _lines(stream: TextIO) -> Iterator[str]:
+    for line in iter(stream.readline, ""):  # line by line, also when typed interactively
+        yield line.rstrip("\r\n")
+
+
+def _failed(session, source: str, exc: SimulmtError) -> Translation:
+    """The record of a line that could not be translated: empty prediction, the work done so far, the error."""
+    result = session.result() if session is not None else Translation(source, "", [], [], 0, 0.0, "", "", None)
+    return replace(result, source=source, prediction="", delays=[], elapsed=[], error=str(exc))
+
+
+def _translate(options: TranslateOptions, translator: "Translator", lines: Iterator[str] | list[str],
+               out: TextIO, err: TextIO, progress: bool) -> int:
+    live = not options.jsonl and _stdout_is_terminal()
+    bar = None
+    if progress and isinstance(lines, list):
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(lines), file=err, unit="line", dynamic_ncols=True)
+
+    def report(message: str) -> None:
+        if bar is not None:
+            bar.write(message, file=err)
+        else:
+            print(message, file=err, flush=True)
+
+    failures = total = 0
+    try:
+        for number, line in enumerate(lines, 1):
+            total += 1
+            session = None
+            try:
+                session = translator.session(**options.session_kwargs())
+                printed = False
+                for word in session.stream(line):
+                    if live:
+                        print((" " if printed else "") + word.text, end="", file=out, flush=True)
+                        printed = True
+                result = session.result()
+            except SimulmtError as exc:
+                failures += 1
+                result = _failed(session, " ".join(line.split()), exc)
+                if not options.jsonl:
+                    report(f"simulmt: line {number}: {exc}")
+            if options.jsonl:
+                print(json.dumps(result.to_json(), ensure_ascii=False), file=out, flush=True)
+            elif live:
+                print(file=out, flush=True)
+            else:
+                print(result.prediction, file=out, flush=True)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    if failures:
+        report(f"simulmt: {failures} of {total} lines could not be translated")
+    return 1 if failures else 0
+
+
+def _run_translate(options: TranslateOptions, parser: argparse.ArgumentParser) -> int:
+    if options.input == "-":
+        handle, lines = None, _lines(sys.stdin)
+    else:
+        try:
+            handle = open(options.input, encoding="utf-8")
+        except OSError as exc:
+            parser.error(f"cannot read {options.input}: {exc.strerror or exc}")
+        lines = list(_lines(handle))
+        handle.close()
+    try:
+        translator = _load_translator(model=options.model, adapter=options.adapter,
+                                      source_lang=options.source_lang, target_lang=options.target_lang,
+                                      device=options.device, dtype=options.dtype)
+    except SimulmtError as exc:
+        print(f"simulmt: error: {exc}", file=sys.stderr)
+        return 1
+    progress = (isinstance(lines, list) and len(lines) > 1 and _stderr_is_terminal()
+                and not _stdout_is_terminal())
+    return _translate(options, translator, lines, sys.stdout, sys.stderr, progress)
+
+
+def _run_demo(options: DemoOptions) -> int:
+    from simulmt.demo import run_demo
+
+    model = options.model or DEFAULT_MODEL
+    print(f"simulmt demo: loading model {model}" + (f" with adapter {options.adapter}" if options.adapter else "")
+          + " ...", flush=True)
+    try:
+        translator = _load_translator(model=model, adapter=options.adapter, source_lang="en", target_lang="de")
+    except SimulmtError as exc:
+        print(f"simulmt: error: {exc}", file=sys.stderr)
+        return 1
+    return run_demo(translator, k=options.k, fine_tuned=options.adapter is not None, out=sys.stdout)
+
+
+# ---- main --------------------------------------------------------------------------------------------------------
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    parser = argparse.ArgumentParser(
+        prog="simulmt", description="Simultaneous machine translation with small causal language models.")
+    parser.add_argument("--version", action="version", version=f"simulmt {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    translate = commands.add_parser(
+        "translate", help="translate one sentence per line, simultaneously (a simulated stream per line)",
+        description="Translate one source sentence per line as a stream: the policy decides when each source word "
+                    "is read and each target word is written.",
+        formatter_class=_HelpFormatter)
+    add_dataclass_arguments(translate, TranslateOptions)
+    demo = commands.add_parser(
+        "demo", help="stream a few English sentences into German and show every read and write",
+        formatter_class=_HelpFormatter)
+    add_dataclass_arguments(demo, DemoOptions)
+    return parser, {"translate": translate, "demo": demo}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, subparsers = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        sub = subparsers[args.command]
+        try:
+            options = dataclass_from_namespace(TranslateOptions if args.command == "translate" else DemoOptions,
+                                               args)
+        except SimulmtError as exc:
+            sub.error(str(exc))
+        if args.command == "translate":
+            return _run_translate(options, sub)
+        return _run_demo(options)
+    except SystemExit as exc:  # argparse: --help, --version, argument errors
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `simulmt translate big.txt | head`
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
