@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from statistics import fmean
+from statistics import mean
 
 from simulmt.errors import SimulmtError
 
@@ -303,4 +303,4 @@ def latency_scores(instances: Iterable[Mapping], metrics: Iterable[str] | None =
     if not any(per_metric.values()) and names:
         raise SimulmtError("no latency to report: every prediction is empty"
                            if skipped else "no latency to report: there are no instances")
-    return {name: float(fmean(values)) if values else math.nan for name, values in per_metric.items()}
+    return {name: float(mean(values)) if values else math.nan for name, values in per_metric.items()}
