@@ -250,37 +250,56 @@ def _run_demo(options: DemoOptions) -> int:
 
 
 # ---- main --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its options dataclass (which becomes its arguments) and the function that runs it.
+
+    ``run(options, subparser) -> exit code``; a ``SimulmtError`` raised while building the options is an
+    argument error of that subcommand (exit code 2)."""
+
+    options: type
+    run: typing.Callable[[typing.Any, argparse.ArgumentParser], int]
+    help: str
+    description: str = ""
+
+
+def _commands() -> dict[str, Command]:
+    """The explicit registry of subcommands (heavy modules are imported only when their command runs)."""
+    return {
+        "translate": Command(
+            TranslateOptions, _run_translate,
+            "translate one sentence per line, simultaneously (a simulated stream per line)",
+            "Translate one source sentence per line as a stream: the policy decides when each source word is read "
+            "and each target word is written."),
+        "demo": Command(DemoOptions, lambda options, _: _run_demo(options),
+                        "stream a few English sentences into German and show every read and write"),
+    }
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(
-        prog="simulmt", description="Simultaneous machine translation with small causal language models.")
+        prog="simulmt", description="Simultaneous machine translation with decoder-only language models.")
     parser.add_argument("--version", action="version", version=f"simulmt {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    translate = commands.add_parser(
-        "translate", help="translate one sentence per line, simultaneously (a simulated stream per line)",
-        description="Translate one source sentence per line as a stream: the policy decides when each source word "
-                    "is read and each target word is written.",
-        formatter_class=_HelpFormatter)
-    add_dataclass_arguments(translate, TranslateOptions)
-    demo = commands.add_parser(
-        "demo", help="stream a few English sentences into German and show every read and write",
-        formatter_class=_HelpFormatter)
-    add_dataclass_arguments(demo, DemoOptions)
-    return parser, {"translate": translate, "demo": demo}
+    subparsers = {}
+    for name, command in _commands().items():
+        sub = commands.add_parser(name, help=command.help, description=command.description or command.help,
+                                  formatter_class=_HelpFormatter)
+        add_dataclass_arguments(sub, command.options)
+        subparsers[name] = sub
+    return parser, subparsers
 
 
 def main(argv: list[str] | None = None) -> int:
     parser, subparsers = build_parser()
     try:
         args = parser.parse_args(argv)
-        sub = subparsers[args.command]
+        command, sub = _commands()[args.command], subparsers[args.command]
         try:
-            options = dataclass_from_namespace(TranslateOptions if args.command == "translate" else DemoOptions,
-                                               args)
+            options = dataclass_from_namespace(command.options, args)
         except SimulmtError as exc:
             sub.error(str(exc))
-        if args.command == "translate":
-            return _run_translate(options, sub)
-        return _run_demo(options)
+        return command.run(options, sub)
     except SystemExit as exc:  # argparse: --help, --version, argument errors
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
