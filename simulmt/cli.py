@@ -273,6 +273,9 @@ def _commands() -> dict[str, Command]:
             "and each target word is written."),
         "demo": Command(DemoOptions, lambda options, _: _run_demo(options),
                         "stream a few English sentences into German and show every read and write"),
+        # (evaluate / score commands)
+        # (bench command)
+        # (finetune command)
     }
 
 
