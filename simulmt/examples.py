@@ -54,26 +54,25 @@ def build_examples(layout: Layout, fmt: PromptFormat, tokenizer, source: list[tu
     if any(b < a for a, b in zip(delays, delays[1:])) or any(not 0 <= d <= len(source) for d in delays):
         raise SimulmtError(f"delays must be non-decreasing within 0..{len(source)}: {delays}")
     state = layout.start(fmt)
-    snapshots: list[list[PlacedToken]] = []
+    snapshots: list[list[PlacedToken]] = []  # prefix layouts: the list as it stands before each read point
     written_since_read = False
-    for j, word in enumerate(target_words):
-        while state.units_read < delays[j]:
+
+    def read_until(units: int) -> None:
+        nonlocal written_since_read
+        while state.units_read < units:
             if written_since_read and not layout.reuses_cache:
-                layout.open_target(state)
                 snapshots.append(list(state.tokens))
             layout.read(state, source[state.units_read])
             written_since_read = False
+
+    for j, word in enumerate(target_words):
+        read_until(delays[j])
         layout.open_target(state)
         leading_space = layout.continues_text(state) or fmt.target_first_space
         for token_id in word_tokens(tokenizer, word, leading_space):
             layout.write(state, token_id, j)
         written_since_read = True
-    while state.units_read < len(source):
-        if written_since_read and not layout.reuses_cache:
-            layout.open_target(state)
-            snapshots.append(list(state.tokens))
-        layout.read(state, source[state.units_read])
-        written_since_read = False
+    read_until(len(source))
     layout.open_target(state)
     layout.write_end(state, fmt.end_id)
     if layout.reuses_cache:
