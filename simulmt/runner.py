@@ -51,27 +51,42 @@ def compute_model(model) -> ComputeModel:
                         vocab=inp.weight.shape[0])
 
 
+def attention_spec(model) -> tuple[list[str], int | None]:
+    """(sorted attention types of the model's layers, sliding window or None), from its config."""
+    config = _text_config(model)
+    window = getattr(config, "sliding_window", None)
+    types = list(getattr(config, "layer_types", None) or [])
+    if not types:  # e.g. Mistral: every layer slides when sliding_window is set
+        types = ["sliding_attention" if window else "full_attention"]
+    return sorted(set(types)), window
+
+
+def render_masks(visible: torch.Tensor, query_start: int, attention_types: list[str], window: int | None,
+                 dtype: torch.dtype, device=None):
+    """(B, Q, K) boolean -> the ``attention_mask`` argument: a (B, 1, Q, K) float tensor, or a dict of them keyed
+    by attention type when the layers differ (sliding layers also hide keys ``window`` or more indices back)."""
+    out = {}
+    for kind in attention_types:
+        v = visible
+        if kind == "sliding_attention" and window:
+            v = visible & sliding(torch.ones(visible.shape[-2:], dtype=torch.bool), query_start, window)
+        out[kind] = additive(v, dtype).unsqueeze(1).to(device)
+    return out if len(out) > 1 else out[attention_types[0]]
+
+
 class ModelRunner:
     def __init__(self, model):
         self.model = model
         config = _text_config(model)
         self.max_positions = getattr(config, "max_position_embeddings", None)
-        self.window = getattr(config, "sliding_window", None)
-        types = list(getattr(config, "layer_types", None) or [])
-        if not types:  # e.g. Mistral: every layer slides when sliding_window is set
-            types = ["sliding_attention" if self.window else "full_attention"]
-        self.attention_types = sorted(set(types))
+        self.attention_types, self.window = attention_spec(model)
         self.compute = compute_model(model)
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
 
     def masks(self, visible: torch.Tensor, query_start: int):
         """(Q, K) boolean -> the ``attention_mask`` argument: a (1, 1, Q, K) float tensor, or a dict of them."""
-        out = {}
-        for kind in self.attention_types:
-            v = sliding(visible, query_start, self.window) if kind == "sliding_attention" and self.window else visible
-            out[kind] = additive(v, self.dtype)[None, None].to(self.device)
-        return out if len(out) > 1 else out[self.attention_types[0]]
+        return render_masks(visible[None], query_start, self.attention_types, self.window, self.dtype, self.device)
 
     def check_positions(self, positions: list[int]) -> None:
         if self.max_positions is not None and positions and max(positions) >= self.max_positions:

@@ -1,0 +1,214 @@
+"""Training and dev data: sentence pairs from plain files, TSV, JSONL or a Hugging Face dataset; laid-out examples.
+
+Sources of pairs (exactly one for training):
+
+* ``--train-source F --train-target F``: two aligned text files, one sentence a line;
+* ``--train-tsv F``: ``source<TAB>target`` per line;
+* ``--train-jsonl F``: one JSON object per line with the fields ``--source-field`` / ``--target-field``
+  (default ``source`` / ``target``), or a ``translation`` object keyed by language code;
+* ``--train-dataset ID``: a Hugging Face dataset (needs the ``datasets`` package and hub access), split
+  ``--dataset-split``, same fields as JSONL.
+
+Pairs with an empty side are skipped (and counted). ``ExampleDataset`` holds the laid-out examples as small
+arrays (ids, positions, target-side flags, labels); examples longer than ``--max-length`` are dropped, never cut
+(a cut sequence would lose its end token and its schedule).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from simulmt.errors import SimulmtError
+from simulmt.examples import IGNORE, TrainingExample
+
+
+@dataclass(frozen=True)
+class Pair:
+    source: str
+    target: str
+
+
+@dataclass
+class PairStats:
+    read: int = 0
+    empty: int = 0
+
+
+def _read_lines(path: str | Path, what: str) -> list[str]:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise SimulmtError(f"{what}: file not found: {p}")
+    try:
+        return p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise SimulmtError(f"{what}: {p} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _clean(pairs: Iterable[tuple[str, str]], limit: int | None, stats: PairStats) -> list[Pair]:
+    """Whitespace-normalised pairs, empty ones skipped, up to ``limit`` pairs (``pairs`` is consumed lazily)."""
+    out = []
+    for source, target in pairs:
+        if limit is not None and len(out) >= limit:
+            break
+        stats.read += 1
+        source, target = " ".join(source.split()), " ".join(target.split())
+        if not source or not target:
+            stats.empty += 1
+            continue
+        out.append(Pair(source, target))
+    return out
+
+
+def parallel_files(source: str, target: str, limit: int | None = None, what: str = "training data",
+                   stats: PairStats | None = None) -> list[Pair]:
+    src, tgt = _read_lines(source, f"{what} source"), _read_lines(target, f"{what} target")
+    if len(src) != len(tgt):
+        raise SimulmtError(f"{what}: {source} has {len(src)} lines but {target} has {len(tgt)}; "
+                           f"the two files must be aligned line by line")
+    return _clean(list(zip(src, tgt)), limit, stats or PairStats())
+
+
+def tsv_file(path: str, limit: int | None = None, stats: PairStats | None = None) -> list[Pair]:
+    rows = []
+    for number, line in enumerate(_read_lines(path, "training TSV"), 1):
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) != 2:
+            raise SimulmtError(f"{path}:{number}: expected 'source<TAB>target' (2 columns), found {len(cols)}")
+        rows.append((cols[0], cols[1]))
+    return _clean(rows, limit, stats or PairStats())
+
+
+def _fields(record, source_field: str, target_field: str, source_lang: str, target_lang: str,
+            where: str) -> tuple[str, str]:
+    if not isinstance(record, dict):
+        raise SimulmtError(f"{where}: expected a JSON object, found {type(record).__name__}")
+    if source_field in record and target_field in record:
+        return str(record[source_field]), str(record[target_field])
+    tr = record.get("translation")
+    if isinstance(tr, dict) and source_lang in tr and target_lang in tr:
+        return str(tr[source_lang]), str(tr[target_lang])
+    raise SimulmtError(f"{where}: no '{source_field}'/'{target_field}' fields (nor a 'translation' object with "
+                       f"'{source_lang}'/'{target_lang}'); fields present: {', '.join(map(str, record)) or 'none'}. "
+                       f"Use --source-field / --target-field")
+
+
+def jsonl_file(path: str, source_field: str = "source", target_field: str = "target", source_lang: str = "en",
+               target_lang: str = "de", limit: int | None = None, stats: PairStats | None = None) -> list[Pair]:
+    def rows() -> Iterator[tuple[str, str]]:
+        for number, line in enumerate(_read_lines(path, "training JSONL"), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SimulmtError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+            yield _fields(record, source_field, target_field, source_lang, target_lang, f"{path}:{number}")
+
+    return _clean(rows(), limit, stats or PairStats())
+
+
+def hub_dataset(dataset_id: str, split: str = "train", source_field: str = "source", target_field: str = "target",
+                source_lang: str = "en", target_lang: str = "de", limit: int | None = None,
+                stats: PairStats | None = None) -> list[Pair]:
+    """A Hugging Face dataset (``owner/name`` or ``owner/name:config``), for users with hub access."""
+    try:
+        import datasets
+    except ImportError:
+        raise SimulmtError(f"--train-dataset {dataset_id} needs the 'datasets' package (pip install datasets); "
+                           f"or export the pairs to two text files / TSV / JSONL") from None
+    name, _, config = dataset_id.partition(":")
+    try:
+        ds = datasets.load_dataset(name, config or None, split=split)
+    except Exception as exc:  # noqa: BLE001 - any failure becomes one user message
+        raise SimulmtError(f"could not load the dataset {dataset_id!r} (split {split!r}): {type(exc).__name__}: "
+                           f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
+    rows = (_fields(dict(record), source_field, target_field, source_lang, target_lang, f"{dataset_id}[{split}][{i}]")
+            for i, record in enumerate(ds))
+    return _clean(rows, limit, stats or PairStats())
+
+
+# ---- laid-out examples ---------------------------------------------------------------------------------------
+@dataclass
+class BuildStats:
+    pairs: int = 0
+    examples: int = 0
+    too_long: int = 0  # examples dropped: longer than max_length
+    unplaceable: int = 0  # pairs the layout refused (e.g. gpe: source group past phi)
+    tokens: int = 0
+    label_tokens: int = 0
+    schedules: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def average_length(self) -> float:
+        return self.tokens / self.examples if self.examples else 0.0
+
+    def to_json(self) -> dict:
+        return {"pairs": self.pairs, "examples": self.examples, "dropped_too_long": self.too_long,
+                "dropped_unplaceable": self.unplaceable, "tokens": self.tokens, "label_tokens": self.label_tokens,
+                "average_length": round(self.average_length, 2), "schedules": dict(sorted(self.schedules.items()))}
+
+
+class ExampleDataset(torch.utils.data.Dataset):
+    """Laid-out training examples as arrays. Items: ``input_ids``, ``position_ids``, ``target_side``, ``labels``."""
+
+    def __init__(self, items: list[dict[str, np.ndarray]], stats: BuildStats):
+        self.items, self.stats = items, stats
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        return self.items[i]
+
+
+def encode(example: TrainingExample) -> dict[str, np.ndarray]:
+    return {
+        "input_ids": np.fromiter((t.token_id for t in example.tokens), dtype=np.int64, count=len(example)),
+        "position_ids": np.fromiter((t.position for t in example.tokens), dtype=np.int64, count=len(example)),
+        "target_side": np.fromiter((t.role.target_side for t in example.tokens), dtype=bool, count=len(example)),
+        "labels": np.asarray(example.labels, dtype=np.int64),
+    }
+
+
+def build_dataset(recipe, fmt, tokenizer, pairs: list[Pair], max_length: int, seed: int,
+                  progress: bool = False) -> ExampleDataset:
+    """Lay out every pair with ``recipe`` and the prompt format ``fmt`` (deterministic for a seed: a resumed run
+    rebuilds the same data)."""
+    rng = random.Random(seed)
+    stats, items = BuildStats(), []
+    iterator = pairs
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(pairs, desc=f"laying out {recipe.name} examples", unit="pair", dynamic_ncols=True)
+    for pair in iterator:
+        stats.pairs += 1
+        try:
+            examples, drawn = recipe.examples(fmt, tokenizer, pair.source, pair.target, rng)
+        except SimulmtError:
+            if recipe.name != "gpe":
+                raise
+            stats.unplaceable += 1
+            continue
+        stats.schedules[drawn] = stats.schedules.get(drawn, 0) + 1
+        for ex in examples:
+            if len(ex) > max_length:
+                stats.too_long += 1
+                continue
+            stats.examples += 1
+            stats.tokens += len(ex)
+            stats.label_tokens += sum(label != IGNORE for label in ex.labels)
+            items.append(encode(ex))
+    if not items:
+        raise SimulmtError(f"no training example left: {stats.pairs} pairs, {stats.too_long} examples longer than "
+                           f"--max-length {max_length}, {stats.unplaceable} refused by the layout")
+    return ExampleDataset(items, stats)

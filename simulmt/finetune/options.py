@@ -1,0 +1,212 @@
+"""``simulmt finetune`` options: one typed dataclass, which is both the Python API's config and the CLI's flags.
+
+Defaults follow the ExPosST paper's appendix A: LoRA rank 32, alpha 16, AdamW, learning rate 2e-4, weight decay
+0.1, inverse-sqrt schedule with 500 warmup steps (capped here at a tenth of the run), max gradient norm 1, max
+sequence length 512, batch 64 (8 x 8 gradient accumulation), 2 epochs. This module imports nothing heavy: the
+trainer (transformers, peft) is imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import dataclass, field, fields
+
+from simulmt.errors import SimulmtError
+from simulmt.finetune.recipes import DEFAULT_POLICY, RECIPES
+from simulmt.prompt_format import language_name
+
+_DATA_SOURCES = ("train_source", "train_tsv", "train_jsonl", "train_dataset")
+
+
+@dataclass(frozen=True)
+class FinetuneOptions:
+    # ---- data ----
+    train_source: str | None = field(default=None, metadata={
+        "help": "training source text, one sentence a line (with --train-target)", "metavar": "FILE"})
+    train_target: str | None = field(default=None, metadata={
+        "help": "training target text, aligned with --train-source", "metavar": "FILE"})
+    train_tsv: str | None = field(default=None, metadata={
+        "help": "training pairs as 'source<TAB>target' lines", "metavar": "FILE"})
+    train_jsonl: str | None = field(default=None, metadata={
+        "help": "training pairs as JSON lines with --source-field/--target-field (or a 'translation' object)",
+        "metavar": "FILE"})
+    train_dataset: str | None = field(default=None, metadata={
+        "help": "Hugging Face dataset id (owner/name[:config]); needs the datasets package and hub access",
+        "metavar": "ID"})
+    dataset_split: str = field(default="train", metadata={"help": "split of --train-dataset"})
+    source_field: str = field(default="source", metadata={"help": "JSONL / dataset field of the source"})
+    target_field: str = field(default="target", metadata={"help": "JSONL / dataset field of the target"})
+    dev_source: str | None = field(default=None, metadata={
+        "help": "dev source text for the evaluation at the end (with --dev-reference)", "metavar": "FILE"})
+    dev_reference: str | None = field(default=None, metadata={
+        "help": "dev reference translations, aligned with --dev-source", "metavar": "FILE"})
+    limit: int | None = field(default=None, metadata={"help": "use only the first N training pairs", "metavar": "N"})
+    source_lang: str = field(default="en", metadata={"help": "source language (code or English name)",
+                                                     "metavar": "LANG"})
+    target_lang: str = field(default="de", metadata={"help": "target language (code or English name)",
+                                                     "metavar": "LANG"})
+    # ---- model and recipe ----
+    model: str | None = field(default=None, metadata={
+        "help": "packaged short name, local checkpoint directory or hub id; default: gemma-3-270m", "metavar": "NAME"})
+    recipe: str = field(default="expost", metadata={
+        "help": "how training sequences are laid out: " + "; ".join(f"{k}: {v}" for k, v in RECIPES.items()),
+        "choices": tuple(RECIPES)})
+    policy: str | None = field(default=None, metadata={
+        "help": "training schedule (default: read-n for conversation, offline for offline, else wait-k)",
+        "choices": ("wait-k", "read-n", "offline")})
+    k: int = field(default=3, metadata={"help": "wait-k: g(j) = min(k + j - 1, |X|)"})
+    k_mix: str | None = field(default=None, metadata={
+        "help": "wait-k with one k drawn per sentence pair from this list, e.g. 1,3,5,7,9 (one model for all k)",
+        "metavar": "K,K,..."})
+    n: int = field(default=3, metadata={"help": "read-n: source words per chunk"})
+    slot: int = field(default=16, metadata={"help": "expost: slot length in tokens"})
+    phi: int = field(default=256, metadata={"help": "gpe: first position id of the target group"})
+    # ---- adapter ----
+    lora_rank: int = field(default=32, metadata={"help": "LoRA rank"})
+    lora_alpha: float = field(default=16.0, metadata={"help": "LoRA alpha"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout"})
+    lora_targets: str = field(default="all-linear", metadata={
+        "help": "modules that get LoRA: all-linear, or comma-separated names (q_proj,v_proj,...)"})
+    full: bool = field(default=False, metadata={"help": "fine-tune every weight instead of a LoRA adapter"})
+    # ---- optimisation ----
+    lr: float | None = field(default=None, metadata={
+        "help": "peak learning rate (default: 2e-4 with LoRA, as in the paper; 1e-5 with --full)"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay"})
+    warmup_steps: int | None = field(default=None, metadata={
+        "help": "linear warmup before the inverse-sqrt decay (default: the paper's 500, at most a tenth of the run)"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
+    max_length: int = field(default=512, metadata={
+        "help": "longest training sequence in tokens; longer examples are dropped (and counted)"})
+    batch_size: int = field(default=8, metadata={"help": "sequences per device and micro-batch"})
+    grad_accum: int = field(default=8, metadata={"help": "micro-batches per optimizer step"})
+    max_steps: int | None = field(default=None, metadata={"help": "optimizer steps (overrides --epochs)"})
+    epochs: float = field(default=2.0, metadata={"help": "passes over the training examples"})
+    max_minutes: float | None = field(default=None, metadata={
+        "help": "stop after this many minutes of training (checkpoint and adapter saved; --resume continues); "
+                "one process only: with several, use --max-steps"})
+    sampling: str = field(default="group_by_length", metadata={
+        "help": "batch order: group_by_length (less padding) or random", "choices": ("group_by_length", "random")})
+    bf16: bool = field(default=False, metadata={
+        "help": "bfloat16 mixed precision (autocast; as in the paper): GPUs, and CPUs with AVX512-BF16 or AMX"})
+    deepspeed: str | None = field(default=None, metadata={
+        "help": "DeepSpeed config JSON, passed to the Hugging Face Trainer", "metavar": "FILE"})
+    # ---- run ----
+    output: str = field(default="simulmt-finetune", metadata={
+        "help": "run directory: checkpoints, adapter/ (or model/ with --full), training.json, eval.json",
+        "metavar": "DIR"})
+    resume: bool = field(default=False, metadata={"help": "continue the run in --output from its last checkpoint"})
+    save_steps: int = field(default=200, metadata={"help": "checkpoint every N optimizer steps"})
+    save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept"})
+    logging_steps: int = field(default=10, metadata={"help": "loss logged every N steps"})
+    seed: int = field(default=0, metadata={"help": "seed of the data order, k-mix draws, LoRA init and dropout"})
+    eval_lines: int = field(default=100, metadata={
+        "help": "dev sentences translated by the streaming engine at the end (0: no evaluation)"})
+    eval_k: int | None = field(default=None, metadata={
+        "help": "wait-k used at the end's evaluation (default: --k, or the middle k of --k-mix)"})
+    dry_run: bool = field(default=False, metadata={
+        "help": "lay out the training data, print its statistics (examples, average length) and stop"})
+
+    def __post_init__(self):
+        given = [name for name in _DATA_SOURCES if getattr(self, name)]
+        if len(given) != 1:
+            raise SimulmtError("give exactly one training source: --train-source/--train-target, --train-tsv, "
+                               "--train-jsonl or --train-dataset" + (f" (got {', '.join(given)})" if given else ""))
+        if bool(self.train_source) != bool(self.train_target):
+            raise SimulmtError("--train-source and --train-target go together")
+        if bool(self.dev_source) != bool(self.dev_reference):
+            raise SimulmtError("--dev-source and --dev-reference go together")
+        language_name(self.source_lang)
+        language_name(self.target_lang)
+        if self.recipe not in RECIPES:
+            raise SimulmtError(f"unknown recipe {self.recipe!r}; choose one of: {', '.join(RECIPES)}")
+        policy = self.training_policy
+        if self.recipe == "offline" and policy != "offline":
+            raise SimulmtError("--recipe offline trains on full sentences: it takes no --policy")
+        if self.recipe != "offline" and policy == "offline":
+            raise SimulmtError(f"--recipe {self.recipe} needs --policy wait-k or read-n; for full-sentence training "
+                               f"use --recipe offline")
+        if self.k_mix is not None and policy != "wait-k":
+            raise SimulmtError("--k-mix is a wait-k schedule: use it with --policy wait-k")
+        self.ks  # parses --k-mix
+        for name in ("k", "n", "slot", "phi", "lora_rank", "batch_size", "grad_accum", "save_steps",
+                     "save_total_limit", "logging_steps"):
+            if getattr(self, name) < 1:
+                raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for name in ("limit", "max_steps", "eval_k"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.max_length < 16:
+            raise SimulmtError(f"--max-length must be at least 16, got {self.max_length}")
+        if self.lr is not None and self.lr <= 0:
+            raise SimulmtError(f"--lr must be positive, got {self.lr}")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise SimulmtError(f"--max-minutes must be positive, got {self.max_minutes}")
+        if self.epochs <= 0:
+            raise SimulmtError(f"--epochs must be positive, got {self.epochs}")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise SimulmtError(f"--warmup-steps must be 0 or more, got {self.warmup_steps}")
+        if self.weight_decay < 0 or not 0 <= self.lora_dropout < 1 or self.lora_alpha <= 0 or self.max_grad_norm <= 0:
+            raise SimulmtError("--weight-decay >= 0, 0 <= --lora-dropout < 1, --lora-alpha > 0 and --max-grad-norm > 0")
+        if self.eval_lines < 0:
+            raise SimulmtError(f"--eval-lines must be 0 or more, got {self.eval_lines}")
+
+    @property
+    def training_policy(self) -> str:
+        return self.policy or DEFAULT_POLICY.get(self.recipe, "wait-k")
+
+    @property
+    def ks(self) -> tuple[int, ...]:
+        if self.k_mix is None:
+            return (self.k,)
+        try:
+            ks = tuple(int(x) for x in self.k_mix.split(",") if x.strip())
+        except ValueError:
+            raise SimulmtError(f"--k-mix takes comma-separated integers, e.g. 1,3,5,7,9; got {self.k_mix!r}") from None
+        if not ks or min(ks) < 1:
+            raise SimulmtError(f"--k-mix needs k values of at least 1, got {self.k_mix!r}")
+        return tuple(sorted(set(ks)))
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else (1e-5 if self.full else 2e-4)
+
+    def command_line(self) -> str:
+        """The ``simulmt finetune`` command that reproduces these options (defaults left out)."""
+        parts = ["simulmt", "finetune"]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == f.default:
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                parts.append(flag)
+            else:
+                parts += [flag, str(value)]
+        return shlex.join(parts)
+
+
+# Options that must not change when a run is resumed (they change the data, the model or the batches).
+_RESUME_KEYS = ("train_source", "train_target", "train_tsv", "train_jsonl", "train_dataset", "dataset_split",
+                "source_field", "target_field", "limit", "source_lang", "target_lang", "model", "recipe", "policy",
+                "k", "k_mix", "n", "slot", "phi", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "full",
+                "max_length", "batch_size", "grad_accum", "sampling", "seed")
+
+
+def resume_conflicts(saved: dict, options: FinetuneOptions) -> list[str]:
+    """The options of a resumed run that differ from the interrupted run's (``run.json``)."""
+    return [f"--{k.replace('_', '-')}: was {saved.get(k)!r}, now {getattr(options, k)!r}"
+            for k in _RESUME_KEYS if saved.get(k) != getattr(options, k)]
+
+
+def run_finetune(options: FinetuneOptions, parser: argparse.ArgumentParser | None = None) -> int:
+    """The CLI entry: run (or dry-run) the fine-tuning; a ``SimulmtError`` is printed, exit code 1."""
+    try:
+        from simulmt.finetune.trainer import finetune
+
+        finetune(options)
+    except SimulmtError as exc:
+        print(f"simulmt finetune: error: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,124 @@
+"""Recipes: the training side of every layout, built by the layout code itself (``simulmt.examples.build_examples``).
+
+A recipe = a layout + a schedule (+ for one ablation, a transform of the laid-out sequence). It turns a sentence
+pair into one or more ``TrainingExample`` (placed tokens + labels) and says how the trained model is served (the
+streaming layout and policy it was trained for). Nothing here places a token: the layouts do.
+
+| recipe          | training sequence                                               | served with          |
+|-----------------|-----------------------------------------------------------------|----------------------|
+| expost          | expost slots, policy mask (wait-k, k-mix or read-n)             | expost + the policy  |
+| expost-nomask   | expost slots and positions, but every target-side token sees     | expost + the policy  |
+|                 | the whole source (ablation "w/o masking", see ``source_first``)  |                      |
+| slotless        | policy mask, contiguous positions: the ``naive`` layout's        | naive + the policy   |
+|                 | training view (ablation "w/o slot")                              |                      |
+| prefix          | prefix pairs (Simul-LLM): one example per read point, each       | prefix + the policy  |
+|                 | labelling only its own new target segment                        |                      |
+| conversation    | chat turns: user = a source chunk, assistant = its target words  | conversation + read-n|
+|                 | (read-n chunks by default; a turn end is predicted per segment)  |                      |
+| gpe             | group positions (source 0.., target phi..), policy mask          | gpe + the policy     |
+| offline         | plain SFT: prompt, whole source, whole target, contiguous        | prefix + offline     |
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from simulmt.errors import SimulmtError
+from simulmt.examples import TrainingExample, build_examples
+from simulmt.finetune.schedules import Schedule
+from simulmt.layouts import Conversation, Expost, GroupPositions, Layout, NaiveReuse, PrefixRecompute
+from simulmt.placed import PlacedToken, labels_for
+from simulmt.prompt_format import PromptFormat, source_units
+from simulmt.visibility import Visibility
+
+RECIPES = {
+    "expost": "ExPosST: position slots + policy-consistent attention mask (the paper's method)",
+    "expost-nomask": "ablation w/o masking: expost slots and positions, target tokens see the whole source",
+    "slotless": "ablation w/o slot: policy mask with contiguous positions (the naive layout's training view)",
+    "prefix": "prefix fine-tuning (Simul-LLM): one example per read point, contiguous, recomputed at inference",
+    "conversation": "conversational SimulMT: user/assistant turns per read-n chunk",
+    "gpe": "group position encoding: source and target count positions in separate groups",
+    "offline": "plain SFT on full sentence pairs (the offline schedule)",
+}
+DEFAULT_POLICY = {"conversation": "read-n", "offline": "offline"}  # every other recipe: wait-k
+
+
+def source_first(tokens: list[PlacedToken]) -> list[PlacedToken]:
+    """The ``expost-nomask`` transform: move every source-side token (prompt, source, slot headers) before the
+    first target-side token, keeping every position id and the order within each side.
+
+    Under the visibility rule (a target-side query sees every key before it in time order) every target token
+    then sees the whole source, while positions, slots and labels stay those of the policy's expost sequence::
+
+        expost  (wait-1):  p s1 m t1 s2 t1' t2 ...     nomask:  p s1 s2 ... m t1 t1' t2 ...
+                            (positions unchanged; t1 now sees s2)
+
+    (The paper's "w/o masking" trains with a plain causal mask over its slot-ordered sequence; here the target
+    sees all slots, the strictest reading of "no policy mask".)
+    """
+    return [t for t in tokens if not t.role.target_side] + [t for t in tokens if t.role.target_side]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    schedule: Schedule
+    slot: int = 16
+    phi: int = 256
+
+    def __post_init__(self):
+        if self.name not in RECIPES:
+            raise SimulmtError(f"unknown recipe {self.name!r}; choose one of: {', '.join(RECIPES)}")
+        if self.name == "offline" and self.schedule.policy != "offline":
+            raise SimulmtError("the offline recipe trains on full sentences: it takes no --policy other than offline")
+        if self.name != "offline" and self.schedule.policy == "offline":
+            raise SimulmtError(f"recipe {self.name} needs a simultaneous policy (wait-k or read-n); "
+                               f"for full-sentence training use --recipe offline")
+
+    # ---- the layout ------------------------------------------------------------------------------------------
+    def layout(self) -> Layout:
+        if self.name in ("expost", "expost-nomask"):
+            return Expost(slot=self.slot)
+        if self.name == "slotless":
+            return NaiveReuse()
+        if self.name == "gpe":
+            return GroupPositions(phi=self.phi)
+        if self.name == "conversation":
+            return Conversation()
+        return PrefixRecompute()  # prefix, offline
+
+    @property
+    def visibility(self) -> Visibility:
+        return self.layout().visibility
+
+    # ---- training examples -----------------------------------------------------------------------------------
+    def examples(self, fmt: PromptFormat, tokenizer, source: str, target: str,
+                 rng: random.Random) -> tuple[list[TrainingExample], str]:
+        """The training examples of one pair (and the schedule drawn, e.g. ``wait-5``), laid out by the layout
+        (``fmt``: the prompt format the model is served with, ``Translator.fmt``)."""
+        words, target_words = source.split(), target.split()
+        delays, drawn = self.schedule.delays(len(words), len(target_words), rng)
+        units = source_units(tokenizer, fmt, words)
+        examples = build_examples(self.layout(), fmt, tokenizer, units, target_words, delays)
+        if self.name == "expost-nomask":
+            examples = [TrainingExample(tokens, labels_for(tokens))
+                        for tokens in (source_first(ex.tokens) for ex in examples)]
+        return examples, drawn
+
+    # ---- inference -------------------------------------------------------------------------------------------
+    def inference(self, k: int | None = None) -> dict:
+        """Session keyword arguments for serving (and evaluating) the model trained with this recipe."""
+        layout = {"expost-nomask": "expost", "slotless": "naive", "offline": "prefix"}.get(self.name, self.name)
+        policy = self.schedule.policy
+        out = {"layout": layout, "policy": policy, "slot": self.slot, "phi": self.phi}
+        if policy == "wait-k":
+            out["k"] = k if k is not None else (self.schedule.ks[0] if len(self.schedule.ks) == 1
+                                                else sorted(self.schedule.ks)[len(self.schedule.ks) // 2])
+        if policy == "read-n":
+            out["n"] = self.schedule.n
+        return out
+
+    def describe(self) -> str:
+        extra = {"expost": f" slot={self.slot}", "expost-nomask": f" slot={self.slot}", "gpe": f" phi={self.phi}"}
+        return f"{self.name} ({self.schedule.describe()}{extra.get(self.name, '')})"

@@ -1,0 +1,411 @@
+"""Policy-consistent fine-tuning (ExPosST §2.3) on the Hugging Face ``Trainer``.
+
+    pairs --recipe (layout + schedule, simulmt.examples)--> laid-out examples --collator--> padded batch
+          --SimulTrainer.compute_loss--> loss on labelled tokens only --Trainer--> checkpoints, DIR/adapter
+          --streaming engine on a dev subset--> BLEU, LAAL  (training.json, eval.json)
+
+Because the loop is the stock ``Trainer``, multi-GPU runs work as usual (not exercised here)::
+
+    accelerate launch --num_processes 4 -m simulmt finetune ...        # or: torchrun --nproc_per_node 4 -m simulmt ...
+    simulmt finetune ... --deepspeed ds_zero2.json --bf16
+
+Logits only where there is a label: the model's forward gets ``logits_to_keep`` as a (B, T) boolean mask, so its
+LM head projects only the N labelled rows, (N, V), instead of all B x T (Gemma 3's vocabulary has 262k entries;
+about a third of the rows carry a label). This goes through the top-level forward, so PEFT, DDP and DeepSpeed
+wrappers see a normal call.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import ProgressCallback, Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+
+from simulmt import __version__
+from simulmt.errors import SimulmtError
+from simulmt.examples import IGNORE
+from simulmt.finetune import data
+from simulmt.finetune.collator import SimulCollator
+from simulmt.finetune.options import FinetuneOptions, resume_conflicts
+from simulmt.finetune.recipes import Recipe
+from simulmt.finetune.schedules import Schedule
+from simulmt.runner import attention_spec
+
+
+# ---- the loss --------------------------------------------------------------------------------------------------
+def label_logits(model, batch: dict, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits at the labelled positions (N, V), their labels (N,)), rows in batch-major, time order."""
+    labels = batch["labels"]
+    keep = labels != IGNORE  # (B, T)
+    mask = batch["attention_mask"]
+    if dtype is not None:  # the additive masks follow the model's dtype (bf16 weights need a bf16 mask)
+        mask = {k: v.to(dtype) for k, v in mask.items()} if isinstance(mask, dict) else mask.to(dtype)
+    out = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask,
+                logits_to_keep=keep, use_cache=False)
+    logits = out.logits
+    if logits.dim() != 2 or logits.shape[0] != int(keep.sum()):
+        raise SimulmtError(f"the model returned logits of shape {tuple(logits.shape)} for a boolean logits_to_keep "
+                           f"with {int(keep.sum())} rows: this model class does not support logits at selected "
+                           f"positions (transformers >= 5 models do, through slice_logits_to_keep)")
+    return logits, labels[keep]
+
+
+class SimulTrainer(Trainer):
+    """``Trainer`` with the loss of laid-out examples: cross-entropy at labelled positions only, normalised by the
+    number of labelled tokens of the whole optimizer step (``num_items_in_batch``), so gradient accumulation and
+    data parallelism weigh every target token the same."""
+
+    loss_is_scaled_for_ga = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.model_accepts_loss_kwargs = True  # makes the Trainer count labelled tokens per optimizer step
+        self._loss_shifts_labels = False  # our labels are aligned with their predicting position: no shift
+        self.run_tokens = 0  # real (non-pad) tokens trained on in this process run
+        self.run_sequences = 0
+        self.run_padded = 0  # tokens fed including padding
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        real = inputs.pop("real_tokens", None)
+        dtype = next(p.dtype for p in model.parameters())
+        logits, labels = label_logits(model, inputs, dtype)
+        loss = F.cross_entropy(logits.float(), labels, reduction="sum")
+        if num_items_in_batch is not None:
+            loss = loss / num_items_in_batch
+            if self.args.average_tokens_across_devices and self.accelerator.num_processes > 1:
+                loss = loss * self.accelerator.num_processes  # DDP averages gradients over processes
+        else:
+            loss = loss / max(labels.numel(), 1)
+            if model.training:
+                loss = loss / self.current_gradient_accumulation_steps
+        if model.training:
+            n = int(real) if real is not None else int(inputs["input_ids"].numel())
+            self.run_tokens += n
+            self.run_sequences += inputs["input_ids"].shape[0]
+            self.run_padded += inputs["input_ids"].numel()
+            self.state.num_input_tokens_seen += n * max(1, self.args.world_size)
+        return (loss, {"logits": logits}) if return_outputs else loss
+
+
+class LossProgress(ProgressCallback):
+    """A progress bar with loss, learning rate and tokens/s (``bar=False``: one printed line per log instead)."""
+
+    def __init__(self, trainer: "SimulTrainer | None" = None, bar: bool = True):
+        super().__init__()
+        self.trainer, self.bar = trainer, bar
+        self.started = time.perf_counter()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.perf_counter()
+        self.current_step = state.global_step
+        if self.bar:
+            super().on_train_begin(args, state, control, **kwargs)
+            if self.training_bar is not None:
+                self.training_bar.set_description("fine-tuning")
+                self.training_bar.update(state.global_step)
+            self.current_step = state.global_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar:
+            super().on_step_end(args, state, control, **kwargs)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        post = {}
+        if "loss" in logs:
+            post["loss"] = f"{logs['loss']:.3f}"
+        if "learning_rate" in logs:
+            post["lr"] = f"{logs['learning_rate']:.2e}"
+        if self.trainer is not None:
+            post["tok/s"] = f"{self.trainer.run_tokens / max(time.perf_counter() - self.started, 1e-9):.0f}"
+        if self.bar and self.training_bar is not None:
+            if "loss" in logs:
+                self.training_bar.set_postfix(post, refresh=True)
+            if "train_loss" in logs:
+                self.training_bar.write(f"train loss {logs['train_loss']:.4f} over {state.global_step} steps")
+        elif "loss" in logs:
+            _say(f"step {state.global_step}/{state.max_steps} " + " ".join(f"{k} {v}" for k, v in post.items()))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar:
+            super().on_train_end(args, state, control, **kwargs)
+
+
+class TimeLimit(TrainerCallback):
+    """Stop (and save a checkpoint) once ``minutes`` of training have passed in this process. The inverse-sqrt
+    schedule does not depend on the total number of steps, so a run cut by time is a complete run. Each process
+    reads its own clock: for multi-process runs use ``--max-steps``."""
+
+    def __init__(self, minutes: float):
+        self.seconds, self.started, self.hit = minutes * 60.0, time.perf_counter(), False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.perf_counter() - self.started >= self.seconds:
+            control.should_training_stop = control.should_save = self.hit = True
+
+
+# ---- the run ---------------------------------------------------------------------------------------------------
+def _say(message: str) -> None:
+    print(f"simulmt finetune: {message}", file=sys.stderr, flush=True)
+
+
+def load_pairs(options: FinetuneOptions, stats: data.PairStats) -> list[data.Pair]:
+    o = options
+    if o.train_source:
+        return data.parallel_files(o.train_source, o.train_target, o.limit, stats=stats)
+    if o.train_tsv:
+        return data.tsv_file(o.train_tsv, o.limit, stats=stats)
+    if o.train_jsonl:
+        return data.jsonl_file(o.train_jsonl, o.source_field, o.target_field, o.source_lang, o.target_lang, o.limit,
+                               stats=stats)
+    return data.hub_dataset(o.train_dataset, o.dataset_split, o.source_field, o.target_field, o.source_lang,
+                            o.target_lang, o.limit, stats=stats)
+
+
+def make_recipe(options: FinetuneOptions) -> Recipe:
+    return Recipe(options.recipe, Schedule(options.training_policy, options.ks, options.n), options.slot, options.phi)
+
+
+def _check_output(options: FinetuneOptions, out: Path) -> str | None:
+    """The checkpoint to resume from (or None); refuses to write over another run."""
+    last = get_last_checkpoint(str(out)) if out.is_dir() else None
+    if options.resume:
+        if last is None:
+            raise SimulmtError(f"--resume: no checkpoint-* directory in {out} to continue from")
+        saved_path = out / "run.json"
+        if saved_path.is_file():
+            conflicts = resume_conflicts(json.loads(saved_path.read_text())["options"], options)
+            if conflicts:
+                raise SimulmtError("--resume with options that change the run:\n  " + "\n  ".join(conflicts))
+        return last
+    if last is not None or (out / "adapter").exists() or (out / "model").exists():
+        raise SimulmtError(f"{out} already holds a run (checkpoints or a saved adapter): pass --resume to continue "
+                           f"it, or choose another --output")
+    return None
+
+
+def _wrap_model(model, options: FinetuneOptions):
+    if options.full:
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    targets = options.lora_targets
+    target_modules = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
+    config = LoraConfig(r=options.lora_rank, lora_alpha=options.lora_alpha, lora_dropout=options.lora_dropout,
+                        target_modules=target_modules, task_type="CAUSAL_LM", bias="none")
+    try:
+        return get_peft_model(model, config)
+    except ValueError as exc:
+        raise SimulmtError(f"LoRA could not be applied with --lora-targets {targets}: {exc}") from exc
+
+
+def _warmup(options: FinetuneOptions, total_steps: int) -> int:
+    if options.warmup_steps is not None:
+        return options.warmup_steps
+    return min(500, max(1, total_steps // 10))
+
+
+def _total_steps(options: FinetuneOptions, examples: int, world_size: int = 1) -> int:
+    if options.max_steps is not None:
+        return options.max_steps
+    per_epoch = math.ceil(examples / (options.batch_size * world_size)) / options.grad_accum
+    return max(1, math.ceil(per_epoch * options.epochs))
+
+
+def training_arguments(options: FinetuneOptions, out: Path, total_steps: int) -> TrainingArguments:
+    return TrainingArguments(
+        output_dir=str(out),
+        per_device_train_batch_size=options.batch_size,
+        gradient_accumulation_steps=options.grad_accum,
+        learning_rate=options.learning_rate,
+        weight_decay=options.weight_decay,
+        adam_beta1=0.9, adam_beta2=0.999, optim="adamw_torch",
+        lr_scheduler_type="inverse_sqrt",
+        warmup_steps=_warmup(options, total_steps),
+        max_grad_norm=options.max_grad_norm,
+        max_steps=options.max_steps if options.max_steps is not None else -1,
+        num_train_epochs=options.epochs,
+        logging_steps=options.logging_steps,
+        save_strategy="steps",
+        save_steps=options.save_steps,
+        save_total_limit=options.save_total_limit,
+        seed=options.seed,
+        data_seed=options.seed,
+        bf16=options.bf16,
+        use_cpu=options.bf16 and not torch.cuda.is_available(),  # bf16 autocast on a CPU (AVX512-BF16: ~1.6x)
+        deepspeed=options.deepspeed,
+        train_sampling_strategy=options.sampling,
+        remove_unused_columns=False,
+        report_to="none",
+        disable_tqdm=False,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
+
+
+def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = (), progress: bool | None = None) -> dict:
+    """Run the fine-tuning described by ``options``; returns the ``training.json`` card.
+
+    ``translator``: a ready ``Translator`` (model + tokenizer) instead of loading ``options.model`` (tests).
+    """
+    from simulmt.models import DEFAULT_MODEL
+    from simulmt.translator import Translator
+
+    progress = sys.stderr.isatty() if progress is None else progress
+    out = Path(options.output).expanduser()
+    resume_from = None if options.dry_run else _check_output(options, out)
+
+    pair_stats = data.PairStats()
+    pairs = load_pairs(options, pair_stats)
+    if not pairs:
+        raise SimulmtError(f"no training pairs: {pair_stats.read} read, {pair_stats.empty} with an empty side")
+    dev = []
+    if options.dev_source and options.eval_lines:
+        dev = data.parallel_files(options.dev_source, options.dev_reference, options.eval_lines, what="dev data")
+
+    model_name = options.model or DEFAULT_MODEL
+    if translator is None:
+        from simulmt.models import load_model
+
+        _say(f"loading {model_name} ...")
+        loaded = load_model(model_name, device="cpu")
+        translator = Translator(loaded.model, loaded.tokenizer, source_lang=options.source_lang,
+                                target_lang=options.target_lang, name=model_name)
+    recipe = make_recipe(options)
+    built = time.perf_counter()
+    dataset = data.build_dataset(recipe, translator.fmt, translator.tokenizer, pairs, options.max_length,
+                                 options.seed, progress=progress)
+    stats = dataset.stats
+    _say(f"{recipe.describe()}: {len(pairs)} pairs -> {stats.examples} examples, average length "
+         f"{stats.average_length:.1f} tokens, {stats.label_tokens} labelled tokens "
+         f"({stats.too_long} too long, {stats.unplaceable} refused) in {time.perf_counter() - built:.1f} s")
+    card = {"simulmt_version": __version__, "command": options.command_line(), "model": model_name,
+            "recipe": recipe.describe(), "serve_with": recipe.inference(options.eval_k),
+            "data": {"pairs_read": pair_stats.read, "pairs_empty": pair_stats.empty, **stats.to_json()}}
+    if options.dry_run:
+        print(json.dumps(card, indent=2, ensure_ascii=False))
+        return card
+
+    torch.manual_seed(options.seed)  # LoRA initialisation
+    model = _wrap_model(translator.model, options)
+    types, window = attention_spec(model)
+    pad_id = translator.tokenizer.pad_token_id
+    pad_id = pad_id if pad_id is not None else translator.fmt.end_id
+    collator = SimulCollator(recipe.visibility, types, window, pad_id)
+    total_steps = _total_steps(options, len(dataset))
+    args = training_arguments(options, out, total_steps)
+    limit = TimeLimit(options.max_minutes) if options.max_minutes else None
+    trainer = SimulTrainer(model=model, args=args, train_dataset=dataset, data_collator=collator,
+                           processing_class=translator.tokenizer, callbacks=[*callbacks, *([limit] if limit else [])])
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(LossProgress(trainer, bar=progress))
+    if trainer.is_world_process_zero():
+        out.mkdir(parents=True, exist_ok=True)
+        if resume_from is None:
+            (out / "run.json").write_text(json.dumps({"options": asdict(options)}, indent=2) + "\n")
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    _say(f"training {trainable:,} parameters ({'full' if options.full else f'LoRA r={options.lora_rank}'}), "
+         f"{args.max_steps if args.max_steps > 0 else total_steps} steps of {options.batch_size} x "
+         f"{options.grad_accum} sequences" + (f", resuming from {resume_from}" if resume_from else ""))
+
+    started, cpu_started = time.perf_counter(), time.process_time()
+    result = trainer.train(resume_from_checkpoint=resume_from)
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    state = trainer.state
+    card.update({
+        "steps": state.global_step, "epochs": round(state.epoch or 0.0, 4), "resumed_from": resume_from,
+        "stopped_by_time_limit": bool(limit and limit.hit),
+        "train_loss": round(result.training_loss, 5),
+        "loss_history": [{"step": h["step"], "loss": round(h["loss"], 5)} for h in state.log_history if "loss" in h],
+        "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),  # CPU time of this process (all threads)
+        "tokens_this_run": trainer.run_tokens,
+        "tokens_per_s": round(trainer.run_tokens / seconds, 1) if seconds else None,
+        "padding_fraction": round(1 - trainer.run_tokens / trainer.run_padded, 4) if trainer.run_padded else None,
+        "average_train_length": round(trainer.run_tokens / trainer.run_sequences, 2) if trainer.run_sequences else None,
+        "tokens_seen_total": int(state.num_input_tokens_seen),
+        "hyperparameters": {"lr": options.learning_rate, "weight_decay": options.weight_decay, "optimizer": "AdamW",
+                            "scheduler": "inverse_sqrt", "warmup_steps": args.warmup_steps,
+                            "max_grad_norm": options.max_grad_norm, "max_length": options.max_length,
+                            "batch_size": options.batch_size, "grad_accum": options.grad_accum,
+                            "world_size": args.world_size,
+                            "effective_batch": options.batch_size * options.grad_accum * args.world_size,
+                            "adapter": "full" if options.full else {"lora_rank": options.lora_rank,
+                                                                   "lora_alpha": options.lora_alpha,
+                                                                   "lora_dropout": options.lora_dropout,
+                                                                   "lora_targets": options.lora_targets},
+                            "seed": options.seed, "bf16": options.bf16},
+    })
+    final_dir = out / ("model" if options.full else "adapter")
+    trainer.save_model(str(final_dir))  # PEFT: the adapter only; --full: a whole checkpoint (+ the tokenizer)
+    card["saved"] = str(final_dir)
+    if trainer.is_world_process_zero():
+        if dev:
+            model.eval()
+            merged = hasattr(model, "merge_adapter") and not options.full and not options.deepspeed
+            if merged:  # the adapter is saved: fold it into the weights while decoding (fewer matmuls per step)
+                model.merge_adapter()
+            evaluator = Translator(model, translator.tokenizer, source_lang=options.source_lang,
+                                   target_lang=options.target_lang, name=f"{model_name}+{final_dir}")
+            card["eval"] = evaluate(evaluator, dev, recipe.inference(options.eval_k), out, progress)
+            if merged:
+                model.unmerge_adapter()
+        (out / "training.json").write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n")
+        _say(f"{state.global_step} steps in {seconds:.0f} s, {card['tokens_per_s']} tokens/s, average training "
+             f"length {card['average_train_length']}; saved {final_dir} and {out / 'training.json'}")
+    return card
+
+
+# ---- the evaluation at the end ---------------------------------------------------------------------------------
+def evaluate(translator, pairs: list[data.Pair], session_kwargs: dict, out: Path | None = None,
+             progress: bool = False) -> dict:
+    """Translate ``pairs`` with the streaming engine; BLEU (sacrebleu) and AL / LAAL (SimulEval's definitions)."""
+    from simulmt.metrics.latency import latency_scores
+    from simulmt.metrics.quality import bleu
+
+    iterator = pairs
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(pairs, desc="evaluating", unit="line", dynamic_ncols=True)
+    records, started = [], time.perf_counter()
+    with torch.no_grad():
+        for pair in iterator:
+            try:
+                result = translator.translate(pair.source, **session_kwargs)
+                record = {**result.to_json(), "reference": pair.target}
+            except SimulmtError as exc:
+                record = {"source": pair.source, "prediction": "", "delays": [], "reference": pair.target,
+                          "source_length": len(pair.source.split()), "error": str(exc)}
+            records.append(record)
+    predictions = [r["prediction"] for r in records]
+    score, signature = bleu(predictions, [p.target for p in pairs])
+    try:
+        latency = latency_scores(records, ["AL", "LAAL"])
+    except SimulmtError:
+        latency = {"AL": math.nan, "LAAL": math.nan}
+    summary = {"lines": len(pairs), **session_kwargs, "BLEU": round(score, 2), "bleu_signature": signature,
+               "AL": round(latency["AL"], 3), "LAAL": round(latency["LAAL"], 3),
+               "errors": sum(1 for r in records if r.get("error")),
+               "seconds": round(time.perf_counter() - started, 1)}
+    _say(f"dev ({len(pairs)} lines, {session_kwargs['layout']} {session_kwargs['policy']}): BLEU {summary['BLEU']}, "
+         f"LAAL {summary['LAAL']}, AL {summary['AL']}")
+    if out is not None:
+        (out / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
+        with open(out / "eval.jsonl", "w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    return summary

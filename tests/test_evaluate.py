@@ -1,0 +1,307 @@
+"""simulmt evaluate / score on a tiny random model: files, scores from the metric functions, resume, refusal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import tiny_translator
+from simulmt import cli
+from simulmt.errors import SimulmtError
+from simulmt.evaluate import EvaluateOptions, evaluate, read_log, score_path
+from simulmt.metrics import bleu, chrf, latency_scores
+from simulmt.policies import wait_k_delays
+
+SOURCES = ["The weather is nice today.", "The children are playing in the garden.", "",
+           "Where is the train station?"]
+REFERENCES = ["Das Wetter ist heute schön.", "Die Kinder spielen im Garten.", "", "Wo ist der Bahnhof?"]
+GRID_RUNS = ["expost-slot16.wait-1", "expost-slot16.wait-2", "prefix.wait-1", "prefix.wait-2", "offline"]
+SIMULEVAL_KEYS = ["index", "prediction", "delays", "elapsed", "prediction_length", "reference", "source",
+                  "source_length"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module")
+def translator():
+    return tiny_translator("llama", True)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("data")
+    (folder / "src.en").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    (folder / "ref.de").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
+    return folder / "src.en", folder / "ref.de"
+
+
+def _args(data, output, *extra) -> list[str]:
+    return ["evaluate", "--source", str(data[0]), "--reference", str(data[1]), "--output", str(output), *extra]
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory, data, translator) -> tuple[Path, str]:
+    """2 layouts x 2 k (+ offline) on 4 sentences, through the command line."""
+    output = tmp_path_factory.mktemp("grid")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cli, "_load_translator", lambda **kwargs: translator)
+        import io
+        import sys
+
+        out = io.StringIO()
+        mp.setattr(sys, "stdout", out)
+        assert cli.main(_args(data, output, "--layouts", "expost,prefix", "--ks", "1,2")) == 0
+    return output, out.getvalue()
+
+
+@pytest.fixture
+def loads(monkeypatch, translator) -> list[dict]:
+    calls: list[dict] = []
+
+    def load(**kwargs):
+        calls.append(kwargs)
+        return translator
+
+    monkeypatch.setattr(cli, "_load_translator", load)
+    return calls
+
+
+def _log(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_grid_writes_every_file(grid):
+    output, printed = grid
+    assert sorted(p.name for p in output.iterdir() if p.is_dir()) == sorted(GRID_RUNS)
+    for run in GRID_RUNS:
+        for name in ("config.json", "instances.log", "scores.json", "config.yaml"):
+            assert (output / run / name).is_file(), f"{run}/{name}"
+        assert run in printed
+    assert (output / "bleu_laal.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = (output / "results.md").read_text(encoding="utf-8")
+    for run in GRID_RUNS:
+        assert f"| {run} |" in markdown
+    summary = json.loads((output / "results.json").read_text(encoding="utf-8"))
+    assert [r["run"] for r in summary["runs"]] == GRID_RUNS
+    assert "tiny-llama" in summary["caption"] and "BLEU" in printed
+
+
+def test_instances_are_simuleval_logs(grid):
+    output, _ = grid
+    for run, k in (("expost-slot16.wait-1", 1), ("prefix.wait-2", 2)):
+        rows = _log(output / run / "instances.log")
+        assert [r["index"] for r in rows] == [0, 1, 2, 3]
+        for row, source, reference in zip(rows, SOURCES, REFERENCES):
+            assert list(row)[: len(SIMULEVAL_KEYS)] == SIMULEVAL_KEYS
+            assert row["source"] == source and row["reference"] == reference
+            assert row["source_length"] == len(source.split())
+            assert row["prediction_length"] == len(row["delays"]) == len(row["elapsed"])
+            assert row["prediction_length"] == len(row["prediction"].split())
+            assert row["delays"] == wait_k_delays(k, len(source.split()), len(row["delays"]))
+            assert row["elapsed"] == sorted(row["elapsed"])
+        empty = rows[2]
+        assert empty["prediction"] == "" and empty["delays"] == [] and empty["tokens_fed"] == 0
+        assert all(r["tokens_fed"] > 0 and r["flops"] > 0 for i, r in enumerate(rows) if i != 2)
+    config = json.loads((output / "prefix.wait-2" / "config.json").read_text())
+    assert (config["layout"], config["policy"], config["k"], config["n"], config["slot"]) == ("prefix", "wait-k", 2,
+                                                                                              None, None)
+    offline = json.loads((output / "offline" / "config.json").read_text())
+    assert (offline["layout"], offline["policy"], offline["slot"]) == ("expost", "offline", 16)
+
+
+def test_scores_are_the_metric_functions_of_the_instances(grid):
+    output, _ = grid
+    for run in GRID_RUNS:
+        rows = _log(output / run / "instances.log")
+        scores = json.loads((output / run / "scores.json").read_text())
+        hypotheses, references = [r["prediction"] for r in rows], [r["reference"] for r in rows]
+        expected = latency_scores(rows, computation_aware=True, ms_per_source_unit=300.0)
+        expected["BLEU"], bleu_signature = bleu(hypotheses, references)
+        expected["chrF"], chrf_signature = chrf(hypotheses, references)
+        expected["tokens_fed"] = sum(r["tokens_fed"] for r in rows) / 4
+        expected["gflops"] = sum(r["flops"] for r in rows) / 4 / 1e9
+        expected["wall_ms"] = sum(r["wall_ms"] for r in rows) / 4
+        for key, value in expected.items():
+            assert scores[key] == pytest.approx(value, rel=1e-12), (run, key)
+        assert {"AL", "LAAL", "AP", "DAL", "ATD", "StartOffset", "EndOffset", "AL_CA", "LAAL_CA", "AP_CA", "DAL_CA",
+                "StartOffset_CA", "EndOffset_CA"} <= scores.keys()
+        assert (scores["sentences"], scores["empty_predictions"], scores["failed"]) == (4, 1, 0)
+        signature = scores["signature"]
+        assert signature["BLEU"] == bleu_signature and signature["chrF"] == chrf_signature
+        assert signature["model"] == "tiny-llama" and signature["lines"] == 4 and signature["complete"]
+        assert signature["ms_per_word"] == 300.0 and "SimulEval" in signature["latency"]
+        assert signature["source"].endswith("src.en")
+
+
+def test_score_reproduces_scores_json(grid, capsys):
+    output, _ = grid
+    before = {run: (output / run / "scores.json").read_text() for run in GRID_RUNS}
+    results_before = (output / "results.json").read_text()
+    for run in GRID_RUNS:
+        (output / run / "scores.json").unlink()
+    (output / "results.json").unlink()
+    (output / "bleu_laal.png").unlink()
+    assert cli.main(["score", str(output)]) == 0
+    assert {run: (output / run / "scores.json").read_text() for run in GRID_RUNS} == before
+    assert (output / "results.json").read_text() == results_before
+    assert (output / "bleu_laal.png").read_bytes()[:4] == b"\x89PNG"
+    assert cli.main(["score", str(output / "prefix.wait-1")]) == 0
+    assert (output / "prefix.wait-1" / "scores.json").read_text() == before["prefix.wait-1"]
+    assert "prefix.wait-1" in capsys.readouterr().out
+    assert cli.main(["score", str(output / "nowhere")]) == 1
+    assert "not a directory" in capsys.readouterr().err
+
+
+def _counting(monkeypatch, translator, fail_on: int | None = None) -> list[int]:
+    """Count translator.session calls; raise KeyboardInterrupt on call number ``fail_on`` (1-based)."""
+    calls: list[int] = []
+    original = type(translator).session
+
+    def session(*args, **kwargs):
+        calls.append(1)
+        if fail_on is not None and len(calls) == fail_on:
+            raise KeyboardInterrupt
+        return original(translator, *args, **kwargs)
+
+    monkeypatch.setattr(translator, "session", session)
+    return calls
+
+
+def _options(data, output, **kwargs) -> EvaluateOptions:
+    defaults = dict(source=str(data[0]), reference=str(data[1]), output=str(output), layouts="expost", ks="2",
+                    no_offline=True)
+    return EvaluateOptions(**{**defaults, **kwargs})
+
+
+def test_resume_after_an_interrupt(monkeypatch, tmp_path, data, translator, loads, capsys):
+    _counting(monkeypatch, translator, fail_on=3)
+    assert cli.main(_args(data, tmp_path, "--layouts", "expost", "--ks", "2", "--no-offline")) == 130
+    assert "rerun the same command to continue" in capsys.readouterr().err
+    log = tmp_path / "expost-slot16.wait-2" / "instances.log"
+    first = log.read_text(encoding="utf-8")
+    assert [r["index"] for r in _log(log)] == [0, 1]
+    calls = _counting(monkeypatch, translator)
+    assert cli.main(_args(data, tmp_path, "--layouts", "expost", "--ks", "2", "--no-offline")) == 0
+    assert len(calls) == 2  # only the two missing sentences were translated
+    text = log.read_text(encoding="utf-8")
+    assert text.startswith(first)
+    assert [r["index"] for r in _log(log)] == [0, 1, 2, 3]
+    assert [r["source"] for r in _log(log)] == SOURCES
+
+
+def test_torn_last_line_is_redone(monkeypatch, tmp_path, data, translator):
+    evaluate(translator, _options(data, tmp_path), progress=False)
+    log = tmp_path / "expost-slot16.wait-2" / "instances.log"
+    lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+    log.write_text("".join(lines[:3]) + lines[3][: len(lines[3]) // 2], encoding="utf-8")  # killed mid-write
+    assert [r["index"] for r in read_log(log)] == [0, 1, 2]
+    calls = _counting(monkeypatch, translator)
+    evaluate(translator, _options(data, tmp_path), progress=False)
+    assert len(calls) == 1
+    redone = log.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert redone[:3] == lines[:3] and len(redone) == 4
+    assert {k: v for k, v in json.loads(redone[3]).items() if k not in ("elapsed", "wall_ms")} == \
+           {k: v for k, v in json.loads(lines[3]).items() if k not in ("elapsed", "wall_ms")}
+    # a broken line that is not the last one is damage, not a kill
+    log.write_text(lines[0] + "{broken\n" + "".join(lines[2:]), encoding="utf-8")
+    with pytest.raises(SimulmtError, match="line 2 is not a JSON object"):
+        evaluate(translator, _options(data, tmp_path), progress=False)
+
+
+def test_changed_settings_are_refused(monkeypatch, tmp_path, data, translator, loads, capsys):
+    evaluate(translator, _options(data, tmp_path, lines=2), progress=False)
+    calls = _counting(monkeypatch, translator)
+    for args, message in ((["--dtype", "bfloat16"], "dtype: 'float32' there, 'bfloat16' now"),
+                          (["--target-lang", "fr"], "target_lang: 'de' there, 'fr' now")):
+        assert cli.main(_args(data, tmp_path, "--layouts", "expost", "--ks", "2", "--no-offline", *args)) == 1
+        err = capsys.readouterr().err
+        assert "written with other settings" in err and message in err and "Traceback" not in err
+    other = tmp_path.parent / f"{tmp_path.name}-ref.de"
+    other.write_text("\n".join(REFERENCES[::-1]) + "\n", encoding="utf-8")
+    with pytest.raises(SimulmtError, match="reference_sha256"):
+        evaluate(translator, _options((data[0], other), tmp_path), progress=False)
+    with pytest.raises(SimulmtError, match="already holds 2 finished sentences"):
+        evaluate(translator, _options(data, tmp_path, lines=1), progress=False)
+    assert calls == []
+    evaluate(translator, _options(data, tmp_path), progress=False)  # more lines: continues
+    assert len(calls) == 2
+    (tmp_path / "expost-slot16.wait-2" / "config.json").unlink()
+    with pytest.raises(SimulmtError, match="no config.json"):
+        evaluate(translator, _options(data, tmp_path), progress=False)
+
+
+def test_misaligned_files_are_an_error_before_loading(tmp_path, data, loads, capsys):
+    short = tmp_path / "short.de"
+    short.write_text("\n".join(REFERENCES[:3]) + "\n", encoding="utf-8")
+    assert cli.main(_args((data[0], short), tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert "not line-aligned" in err and "has 4 lines" in err and "has 3" in err
+    assert loads == [] and not (tmp_path / "out").exists()
+    with pytest.raises(SimulmtError, match="not line-aligned"):
+        evaluate(None, _options((data[0], short), tmp_path / "out"))
+    assert cli.main(_args(data, tmp_path / "out", "--lines", "9")) == 2
+    assert "more lines than the test set has (4)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layouts", "expost,nope"], "unknown layout(s) nope"),
+    (["--policies", "offline"], "offline is not a grid policy"),
+    (["--policies", "wait-k", "--ks", "0,2"], "--ks: every value must be at least 1"),
+    (["--policies", "read-n", "--ns", "x"], "--ns takes comma-separated whole numbers"),
+    (["--lines", "0"], "--lines must be at least 1"),
+    (["--ms-per-word", "0"], "--ms-per-word must be a positive number"),
+])
+def test_option_errors_exit_2(tmp_path, data, loads, capsys, args, message):
+    assert cli.main(_args(data, tmp_path, *args)) == 2
+    assert message in capsys.readouterr().err and loads == []
+
+
+def test_read_n_and_python_api(tmp_path, data, translator):
+    results = evaluate(translator, _options(data, tmp_path, policies="read-n", ns="2", layouts="expost,gpe",
+                                            phi=64, lines=2), progress=False)
+    assert [r.name for r in results] == ["expost-slot16.read-2", "gpe-phi64.read-2"]
+    assert results[1].scores["signature"]["phi"] == 64 and results[1].scores["signature"]["n"] == 2
+    rescored, is_grid = score_path(tmp_path)
+    assert is_grid and [r.scores for r in rescored] == [r.scores for r in results]
+
+
+def test_a_failed_sentence_is_recorded_and_reported(monkeypatch, tmp_path, data, translator, loads, capsys):
+    original = type(translator).session
+    calls: list[int] = []
+
+    def session(*args, **kwargs):
+        calls.append(1)
+        made = original(translator, *args, **kwargs)
+        if len(calls) == 2:
+            def fail(text):
+                raise SimulmtError("the sentence does not fit in the context")
+            made.run = fail
+        return made
+
+    monkeypatch.setattr(translator, "session", session)
+    assert cli.main(_args(data, tmp_path, "--layouts", "expost", "--ks", "2", "--no-offline")) == 1
+    err = capsys.readouterr().err
+    assert "sentence 1: the sentence does not fit" in err and "1 sentence(s) could not be translated" in err
+    rows = _log(tmp_path / "expost-slot16.wait-2" / "instances.log")
+    assert rows[1]["error"] == "the sentence does not fit in the context" and rows[1]["prediction"] == ""
+    assert json.loads((tmp_path / "expost-slot16.wait-2" / "scores.json").read_text())["failed"] == 1
+
+
+def test_two_processes_never_share_a_run(tmp_path, data, translator):
+    import fcntl
+
+    run = tmp_path / "expost-slot16.wait-2"
+    run.mkdir()
+    with open(run / ".lock", "a") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(SimulmtError, match="another process is writing"):
+            evaluate(translator, _options(data, tmp_path), progress=False)

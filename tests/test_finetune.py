@@ -1,0 +1,348 @@
+"""Fine-tuning (simulmt.finetune) on tiny random models: schedules, recipes, the collator, batched parity with
+streaming inference, a few training steps, resuming, and the command line."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from simulmt import cli
+from simulmt.errors import SimulmtError
+from simulmt.examples import IGNORE
+from simulmt.finetune import data
+from simulmt.finetune.collator import SimulCollator
+from simulmt.finetune.options import FinetuneOptions
+from simulmt.finetune.recipes import RECIPES, Recipe, source_first
+from simulmt.finetune.schedules import Schedule, offline, read_n, wait_k
+from simulmt.layouts import Expost
+from simulmt.placed import Role
+from simulmt.policies import Scheduled
+from simulmt.runner import ModelRunner, attention_spec
+from simulmt.translator import Translator
+from tiny_models import CORPUS, make_model, make_tokenizer
+
+SOURCE = "The weather is nice today and the children play in the garden"
+TARGET = "Das Wetter ist heute schön und die Kinder spielen im Garten"
+SHORT_SOURCE, SHORT_TARGET = "Where is the train station?", "Wo ist der Bahnhof?"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny models gain nothing from threads, and lose much when other processes share the CPUs."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def fresh_translator(arch: str = "llama", chat: bool = True) -> Translator:
+    """A new model each time: LoRA wrapping changes the model in place, so nothing is shared between tests."""
+    tok = make_tokenizer(chat=chat)
+    return Translator(make_model(arch, len(tok)), tok, name=f"tiny-{arch}")
+
+
+def recipe(name: str, policy: str = "wait-k", ks=(3,), n: int = 3, slot: int = 4) -> Recipe:
+    return Recipe(name, Schedule(policy, tuple(ks), n), slot=slot, phi=300)
+
+
+def layout_items(tr: Translator, r: Recipe, pairs: list[tuple[str, str]]) -> tuple[list, list[dict]]:
+    examples = []
+    for source, target in pairs:
+        examples += r.examples(tr.fmt, tr.tokenizer, source, target, random.Random(0))[0]
+    return examples, [data.encode(ex) for ex in examples]
+
+
+def collator_for(tr: Translator, r: Recipe) -> SimulCollator:
+    types, window = attention_spec(tr.model)
+    return SimulCollator(r.visibility, types, window, pad_id=tr.tokenizer.pad_token_id)
+
+
+# ---- schedules -------------------------------------------------------------------------------------------------
+def test_schedules_by_hand():
+    assert wait_k(2, 5, 4) == [2, 3, 4, 5]
+    assert wait_k(3, 4, 6) == [3, 4, 4, 4, 4, 4]
+    assert read_n(2, 5, 4) == [2, 4, 4, 5]  # ceil(j*5/4) = 2 3 4 5, rounded up to multiples of 2, capped at 5
+    assert read_n(3, 12, 11) == [3, 3, 6, 6, 6, 9, 9, 9, 12, 12, 12]  # ceil(j*12/11) = 2 3 4 5 6 7 8 9 10 11 12
+    assert offline(4, 3) == [4, 4, 4]
+    mix = Schedule("wait-k", (1, 3, 5))
+    rng = random.Random(0)
+    drawn = {mix.delays(10, 10, rng)[1] for _ in range(30)}
+    assert drawn == {"wait-1", "wait-3", "wait-5"}
+    again = [Schedule("wait-k", (1, 3, 5)).delays(10, 10, random.Random(7))[0] for _ in range(2)]
+    assert again[0] == again[1]  # seeded: a resumed run rebuilds the same data
+
+
+# ---- recipes ---------------------------------------------------------------------------------------------------
+def _segments_text(tokenizer, labels: list[int], end_id: int) -> str:
+    """Decode labels segment by segment (a segment ends at an end token), joined by spaces."""
+    words, segment = [], []
+    for label in labels + [end_id]:
+        if label == end_id:
+            if segment:
+                words.append(tokenizer.decode(segment, skip_special_tokens=True).strip())
+            segment = []
+        else:
+            segment.append(label)
+    return " ".join(words)
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_every_recipe_labels_the_target_and_the_end(name):
+    tr = fresh_translator("llama")
+    policy = "offline" if name == "offline" else ("read-n" if name == "conversation" else "wait-k")
+    examples, _ = layout_items(tr, recipe(name, policy), [(SOURCE, TARGET)])
+    labels = [label for ex in examples for label in ex.labels if label != IGNORE]
+    assert labels[-1] == tr.fmt.end_id
+    assert _segments_text(tr.tokenizer, labels, tr.fmt.end_id) == TARGET
+    if name == "prefix":
+        assert len(examples) > 1  # one example per read point
+    else:
+        assert len(examples) == 1
+    if name == "offline":  # plain SFT: contiguous positions, all source before the target
+        (ex,) = examples
+        assert [t.position for t in ex.tokens] == list(range(len(ex)))
+        first_target = next(i for i, t in enumerate(ex.tokens) if t.role.target_side)
+        assert all(t.role.target_side for t in ex.tokens[first_target:])
+
+
+def test_expost_nomask_sees_the_whole_source_with_expost_positions():
+    tr = fresh_translator("llama")
+    (masked,), _ = layout_items(tr, recipe("expost", ks=(1,)), [(SOURCE, TARGET)])
+    (nomask,), _ = layout_items(tr, recipe("expost-nomask", ks=(1,)), [(SOURCE, TARGET)])
+    assert nomask.tokens == source_first(masked.tokens)
+    assert sorted(nomask.tokens, key=lambda t: (t.position, t.role.value)) == sorted(
+        masked.tokens, key=lambda t: (t.position, t.role.value))  # the same placed tokens, only the order moved
+    assert {(t, label) for t, label in zip(nomask.tokens, nomask.labels)} == {
+        (t, label) for t, label in zip(masked.tokens, masked.labels)}  # same labels on the same tokens
+    for ex, every_target_sees_all in ((nomask, True), (masked, False)):
+        visible = ex.visible(Expost(slot=4))
+        src = [i for i, t in enumerate(ex.tokens) if t.role is Role.SOURCE]
+        rows = [i for i, t in enumerate(ex.tokens) if t.role.target_side]
+        assert bool(visible[rows][:, src].all()) is every_target_sees_all
+
+
+def test_slotless_is_the_naive_training_view_and_gpe_refuses_long_sources():
+    tr = fresh_translator("llama")
+    (ex,), _ = layout_items(tr, recipe("slotless"), [(SOURCE, TARGET)])
+    order = sorted(ex.tokens, key=lambda t: t.position)
+    assert [t.position for t in order] == list(range(len(ex)))  # contiguous
+    assert all(not t.role.target_side for t in order[: sum(not t.role.target_side for t in order)])
+    long = Recipe("gpe", Schedule("wait-k", (3,)), phi=len(tr.fmt.prompt) + 2)  # room for a one-token source
+    ds = data.build_dataset(long, tr.fmt, tr.tokenizer, [data.Pair(SOURCE, TARGET)] * 2 + [data.Pair("a", "b")],
+                            512, 0)
+    assert ds.stats.unplaceable == 2 and len(ds) == 1
+
+
+# ---- the collator ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_collator_rows_equal_the_single_examples(arch):
+    tr = fresh_translator(arch)
+    r = recipe("expost")
+    examples, items = layout_items(tr, r, [(SOURCE, TARGET), (SHORT_SOURCE, SHORT_TARGET)])
+    assert len(examples[0]) != len(examples[1])
+    batch = collator_for(tr, r)(items)
+    length = max(len(ex) for ex in examples)
+    runner = ModelRunner(tr.model)
+    masks = batch["attention_mask"]
+    if arch == "gemma3":
+        assert isinstance(masks, dict) and set(masks) == {"full_attention", "sliding_attention"}
+        assert length > 2 * tr.model.config.sliding_window
+    else:
+        masks = {"full_attention": masks}
+    for b, ex in enumerate(examples):
+        n = len(ex)
+        assert batch["input_ids"][b, :n].tolist() == ex.input_ids.tolist()
+        assert batch["position_ids"][b, :n].tolist() == ex.position_ids.tolist()
+        assert batch["labels"][b, :n].tolist() == ex.labels
+        assert (batch["labels"][b, n:] == IGNORE).all()
+        assert (batch["input_ids"][b, n:] == tr.tokenizer.pad_token_id).all()
+        single = runner.masks(ex.visible(r.layout()), 0)
+        single = single if isinstance(single, dict) else {"full_attention": single}
+        for kind, mask in masks.items():
+            assert mask.shape == (2, 1, length, length)
+            assert torch.equal(mask[b, 0, :n, :n], single[kind][0, 0])
+            blocked = torch.finfo(mask.dtype).min
+            assert (mask[b, 0, :n, n:] == blocked).all()  # no real token sees a pad
+            pad_rows = mask[b, 0, n:, :]
+            assert torch.equal(pad_rows == 0, torch.eye(length, dtype=torch.bool)[n:])  # pads see only themselves
+    assert int(batch["real_tokens"]) == sum(len(ex) for ex in examples)
+
+
+# ---- parity: the padded training batch vs streaming inference ---------------------------------------------------
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_batched_training_logits_equal_streaming(arch):
+    from simulmt.finetune.trainer import label_logits
+
+    tr = fresh_translator(arch)
+    r = Recipe("expost", Schedule("wait-k", (1,)), slot=4)  # several slots, multi-token words, rollbacks
+    short = Recipe("expost", Schedule("wait-k", (3,)), slot=4)
+    cases = [(r, SOURCE, TARGET), (short, SHORT_SOURCE, SHORT_TARGET)]
+    examples, items = [], []
+    for rec, source, target in cases:
+        (ex,), _ = rec.examples(tr.fmt, tr.tokenizer, source, target, random.Random(0))
+        examples.append(ex)
+        items.append(data.encode(ex))
+    batch = collator_for(tr, r)(items)
+    with torch.no_grad():
+        logits, labels = label_logits(tr.model, batch)
+    assert logits.shape == (sum(label != IGNORE for ex in examples for label in ex.labels), tr.model.config.vocab_size)
+    row, max_diff = 0, 0.0
+    for (rec, source, target), ex in zip(cases, examples):
+        delays = rec.schedule.delays(len(source.split()), len(target.split()), random.Random(0))[0]
+        forced = [(t.token_id, t.unit) for t in ex.tokens if t.role is Role.TARGET] + [(tr.fmt.end_id, -1)]
+        session = tr.session(rec.layout(), Scheduled(tuple(delays)), forced=forced, record=True)
+        assert session.run(source).prediction == target
+        proposals = {p.context: p.logits for p in session.proposals}
+        for i, label in enumerate(ex.labels):
+            if label == IGNORE:
+                continue
+            assert int(labels[row]) == label
+            streamed = proposals[tuple(ex.tokens[: i + 1])]  # the proposal made from the same cached context
+            max_diff = max(max_diff, float((logits[row] - streamed).abs().max()))
+            row += 1
+    assert row == logits.shape[0]
+    assert max_diff <= 1e-4
+
+
+# ---- training ----------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("corpus")
+    files = {"train_source": CORPUS[:16], "train_target": CORPUS[16:32],
+             "dev_source": CORPUS[:2], "dev_reference": CORPUS[16:18]}
+    for name, lines in files.items():
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {name: str(folder / name) for name in files}
+
+
+def options(corpus, output, **kwargs) -> FinetuneOptions:
+    base = dict(train_source=corpus["train_source"], train_target=corpus["train_target"], output=str(output),
+                batch_size=4, grad_accum=2, lora_rank=4, max_steps=8, save_steps=4, logging_steps=1, eval_lines=0,
+                lr=1e-2, warmup_steps=0)
+    base.update(kwargs)
+    return FinetuneOptions(**base)
+
+
+@pytest.mark.parametrize("full, bf16", [(False, False), (True, False), (False, True)])
+def test_a_few_steps_lower_the_loss(corpus, tmp_path, full, bf16):
+    from simulmt.finetune.trainer import finetune
+
+    card = finetune(options(corpus, tmp_path / "run", full=full, bf16=bf16, lr=1e-3 if full else 1e-2, max_steps=8),
+                    translator=fresh_translator("llama"), progress=False)
+    losses = [h["loss"] for h in card["loss_history"]]
+    assert len(losses) == 8 and losses[-1] < losses[0] - 0.3
+    saved = tmp_path / "run" / ("model" if full else "adapter")
+    assert (saved / ("config.json" if full else "adapter_config.json")).is_file()
+    written = json.loads((tmp_path / "run" / "training.json").read_text())
+    assert written["steps"] == 8 and written["tokens_per_s"] > 0 and written["average_train_length"] > 20
+    assert written["data"]["examples"] == 16 and written["serve_with"]["layout"] == "expost"
+
+
+def test_time_limit_stops_with_a_checkpoint(corpus, tmp_path):
+    from simulmt.finetune.trainer import finetune
+
+    card = finetune(options(corpus, tmp_path / "run", max_minutes=1e-6), translator=fresh_translator("llama"),
+                    progress=False)
+    assert card["steps"] == 1 and card["stopped_by_time_limit"]
+    assert (tmp_path / "run" / "checkpoint-1").is_dir() and (tmp_path / "run" / "adapter").is_dir()
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_resume_continues_the_same_run(corpus, tmp_path):
+    from transformers import TrainerCallback
+
+    from simulmt.finetune.trainer import finetune
+
+    class StopAfterFirstCheckpoint(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            raise _Interrupt(state.global_step)
+
+    whole = finetune(options(corpus, tmp_path / "whole"), translator=fresh_translator("llama"), progress=False)
+    with pytest.raises(_Interrupt):
+        finetune(options(corpus, tmp_path / "cut"), translator=fresh_translator("llama"), progress=False,
+                 callbacks=(StopAfterFirstCheckpoint(),))
+    assert (tmp_path / "cut" / "checkpoint-4").is_dir() and not (tmp_path / "cut" / "adapter").exists()
+    with pytest.raises(SimulmtError, match="already holds a run"):
+        finetune(options(corpus, tmp_path / "cut"), translator=fresh_translator("llama"), progress=False)
+    with pytest.raises(SimulmtError, match="--k: was 3, now 5"):
+        finetune(options(corpus, tmp_path / "cut", resume=True, k=5), translator=fresh_translator("llama"))
+    resumed = finetune(options(corpus, tmp_path / "cut", resume=True), translator=fresh_translator("llama"),
+                       progress=False)
+    assert resumed["resumed_from"].endswith("checkpoint-4")
+    assert resumed["steps"] == whole["steps"] == 8
+    assert resumed["tokens_seen_total"] == whole["tokens_seen_total"]  # the trainer state came back
+    assert resumed["tokens_this_run"] < whole["tokens_this_run"]
+    assert [h["step"] for h in resumed["loss_history"]] == list(range(1, 9))  # the log history came back too
+    assert resumed["loss_history"] == whole["loss_history"]  # same batches, same optimizer state
+    from safetensors.torch import load_file
+
+    a = load_file(tmp_path / "whole" / "adapter" / "adapter_model.safetensors")
+    b = load_file(tmp_path / "cut" / "adapter" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+# ---- the command line ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, message", [
+    ([], "give exactly one training source"),
+    (["--train-source", "a"], "--train-source and --train-target go together"),
+    (["--train-tsv", "a", "--recipe", "offline", "--policy", "wait-k"], "takes no --policy"),
+    (["--train-tsv", "a", "--policy", "read-n", "--k-mix", "1,3"], "--k-mix is a wait-k schedule"),
+    (["--train-tsv", "a", "--k-mix", "1,x"], "comma-separated integers"),
+    (["--train-tsv", "a", "--recipe", "nope"], "invalid choice"),
+    (["--train-tsv", "a", "--lora-rank", "0"], "--lora-rank must be at least 1"),
+])
+def test_argument_errors_exit_2(capsys, args, message):
+    assert cli.main(["finetune", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_command_line_end_to_end(corpus, tmp_path, capsys):
+    """A tiny model saved to disk: train 2 steps, save, evaluate; the adapter loads back with Translator.load."""
+    tok = make_tokenizer(chat=True)
+    model_dir = tmp_path / "tiny"
+    make_model("llama", len(tok)).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    out = tmp_path / "run"
+    common = ["--train-source", corpus["train_source"], "--train-target", corpus["train_target"], "--model",
+              str(model_dir), "--output", str(out), "--recipe", "conversation", "--n", "2"]
+    assert cli.main(["finetune", *common, "--dry-run"]) == 0
+    card = json.loads(capsys.readouterr().out)
+    assert card["data"]["examples"] == 16 and card["serve_with"]["layout"] == "conversation"
+    assert not out.exists()
+    assert cli.main(["finetune", *common, "--max-steps", "2", "--batch-size", "4", "--grad-accum", "1",
+                     "--lora-rank", "4", "--dev-source", corpus["dev_source"], "--dev-reference",
+                     corpus["dev_reference"], "--eval-lines", "2"]) == 0
+    card = json.loads((out / "training.json").read_text())
+    assert card["steps"] == 2 and card["command"].startswith("simulmt finetune --train-source")
+    assert card["eval"]["lines"] == 2 and card["eval"]["policy"] == "read-n" and "LAAL" in card["eval"]
+    assert json.loads((out / "eval.json").read_text())["BLEU"] == card["eval"]["BLEU"]
+    assert len((out / "eval.jsonl").read_text().splitlines()) == 2
+    tr = Translator.load(str(model_dir), adapter=str(out / "adapter"), device="cpu")
+    assert tr.translate(CORPUS[0], layout="conversation", policy="read-n", n=2).delays
+    assert cli.main(["finetune", *common, "--max-steps", "2"]) == 1  # the run exists: --resume or another dir
+    assert "already holds a run" in capsys.readouterr().err
+
+
+def test_data_files(tmp_path):
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("a b\tx y\n\nc\t\nd\te\n", encoding="utf-8")
+    stats = data.PairStats()
+    assert data.tsv_file(str(tsv), stats=stats) == [data.Pair("a b", "x y"), data.Pair("d", "e")]
+    assert stats.empty == 1
+    jsonl = tmp_path / "pairs.jsonl"
+    jsonl.write_text('{"source": "a", "target": "b"}\n{"translation": {"en": "c", "de": "d"}}\n', encoding="utf-8")
+    assert data.jsonl_file(str(jsonl), limit=5) == [data.Pair("a", "b"), data.Pair("c", "d")]
+    assert data.jsonl_file(str(jsonl), limit=1) == [data.Pair("a", "b")]
+    (tmp_path / "bad.tsv").write_text("only one column\n", encoding="utf-8")
+    with pytest.raises(SimulmtError, match="bad.tsv:1: expected 'source<TAB>target'"):
+        data.tsv_file(str(tmp_path / "bad.tsv"))
+    (tmp_path / "one.txt").write_text("a\nb\n", encoding="utf-8")
+    (tmp_path / "two.txt").write_text("a\n", encoding="utf-8")
+    with pytest.raises(SimulmtError, match="must be aligned"):
+        data.parallel_files(str(tmp_path / "one.txt"), str(tmp_path / "two.txt"))

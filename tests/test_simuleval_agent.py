@@ -1,0 +1,169 @@
+"""The SimulEval agent, driven by SimulEval 1.1.4's own evaluator, states objects and command line (tiny model).
+
+SimulEval is not a dependency of simulmt (it pins old tools); these tests skip without it. To run them, use a
+separate virtual environment that has it, e.g.::
+
+    python -m venv --system-site-packages /tmp/sev && /tmp/sev/bin/pip install simuleval==1.1.4
+    PYTHONPATH=. /tmp/sev/bin/python -m pytest -p no:flake8 tests/test_simuleval_agent.py
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import tiny_translator
+from simulmt.errors import SimulmtError
+from simulmt.policies import wait_k_delays
+
+HAVE_SIMULEVAL = importlib.util.find_spec("simuleval") is not None
+needs_simuleval = pytest.mark.skipif(not HAVE_SIMULEVAL, reason="SimulEval is not installed (pip install "
+                                     "simuleval==1.1.4 in a separate venv; see this file's docstring)")
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ["The weather is nice today .", "Where is the train station ?",
+           "My brother works in a hospital in Berlin and my sister in Hamburg ."]
+REFERENCES = ["Das Wetter ist heute schön .", "Wo ist der Bahnhof ?",
+              "Mein Bruder arbeitet in einem Krankenhaus in Berlin und meine Schwester in Hamburg ."]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.mark.skipif(HAVE_SIMULEVAL, reason="checks the message shown when SimulEval is missing")
+def test_without_simuleval_the_import_says_what_to_install():
+    with pytest.raises(ImportError, match="needs SimulEval 1.1.4") as caught:
+        importlib.import_module("simulmt.simuleval_agent")
+    assert isinstance(caught.value, SimulmtError)
+    import simulmt  # noqa: F401  (the package itself never needs SimulEval)
+
+
+def _agent(**settings):
+    from simulmt.simuleval_agent import SimulmtAgent
+
+    return SimulmtAgent(Namespace(**settings), translator=tiny_translator("llama"))
+
+
+def _evaluate(agent, tmp_path: Path, sources=SOURCES, references=REFERENCES):
+    """SimulEval's own sentence-level evaluator over files, as its command line builds it."""
+    from simuleval import options
+    from simuleval.evaluator import SentenceLevelEvaluator
+
+    (tmp_path / "src").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    (tmp_path / "tgt").write_text("\n".join(references) + "\n", encoding="utf-8")
+    argv = ["--source", str(tmp_path / "src"), "--target", str(tmp_path / "tgt"), "--no-progress-bar",
+            "--output", str(tmp_path / "out")]
+    parser = options.general_parser()
+    options.add_evaluator_args(parser)
+    options.add_scorer_args(parser, argv)
+    options.add_dataloader_args(parser, argv)
+    args = parser.parse_args(argv)
+    args.source_type = args.target_type = "text"
+    evaluator = SentenceLevelEvaluator.from_args(args)
+    evaluator(agent)
+    return evaluator
+
+
+@needs_simuleval
+@pytest.mark.parametrize("layout", ["expost", "prefix", "conversation"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_simuleval_records_the_wait_k_delays_of_our_sessions(tmp_path, layout, k):
+    agent = _agent(layout=layout, policy="wait-k", k=k)
+    evaluator = _evaluate(agent, tmp_path)
+    assert len(agent.translations) == len(SOURCES)
+    for index, source in enumerate(SOURCES):
+        instance, ours = evaluator.instances[index], agent.translations[index]
+        assert instance.prediction == ours.prediction and ours.prediction
+        assert instance.delays == ours.delays == wait_k_delays(k, len(source.split()), len(ours.delays))
+    logged = [json.loads(line) for line in (tmp_path / "out" / "instances.log").read_text().splitlines()]
+    assert [entry["delays"] for entry in logged] == [t.delays for t in agent.translations]
+    assert (tmp_path / "out" / "scores.tsv").exists()
+
+
+@needs_simuleval
+def test_read_n_delays_agree_too(tmp_path):
+    agent = _agent(layout="expost", policy="read-n", read_n=2)
+    evaluator = _evaluate(agent, tmp_path)
+    for index, ours in enumerate(agent.translations):
+        assert evaluator.instances[index].delays == ours.delays
+        assert all(d % 2 == 0 or d == len(SOURCES[index].split()) for d in ours.delays)
+
+
+@needs_simuleval
+def test_sessions_live_in_the_states_objects(tmp_path):
+    """Two sentences interleaved word by word, each with its own states object, give what they give alone."""
+    from simuleval.data.segments import EmptySegment, TextSegment
+
+    agent = _agent(layout="expost", policy="wait-k", k=2)
+    alone = _evaluate(agent, tmp_path, SOURCES[:2], REFERENCES[:2])
+    words = [s.split() for s in SOURCES[:2]]
+    states = [agent.build_states(), agent.build_states()]
+    output: list[list[str]] = [[], []]
+    for step in range(max(map(len, words)) + 1):
+        for i in (0, 1):
+            if states[i].target_finished:
+                continue
+            segment = (TextSegment(index=step, content=words[i][step], finished=step == len(words[i]) - 1)
+                       if step < len(words[i]) else EmptySegment(finished=True))
+            out = agent.pushpop(segment, states[i])
+            output[i] += out.content.split() if not out.is_empty else []
+    assert all(s.target_finished for s in states)
+    assert [" ".join(o) for o in output] == [alone.instances[0].prediction, alone.instances[1].prediction]
+
+
+@needs_simuleval
+def test_an_empty_source_line_gives_an_empty_translation():
+    from simuleval.data.segments import EmptySegment
+
+    agent = _agent()
+    out = agent.pushpop(EmptySegment(finished=True))
+    assert out.finished and out.content == ""
+    assert [t.prediction for t in agent.translations] == [""]  # one record per sentence, empty ones included
+
+
+@needs_simuleval
+def test_invalid_settings_fail_before_the_model_loads():
+    from simulmt.simuleval_agent import SimulmtAgent
+
+    with pytest.raises(SimulmtError, match="unknown layout 'nope'"):
+        SimulmtAgent(Namespace(layout="nope", model="/nonexistent"))
+    with pytest.raises(SimulmtError, match="wait-k needs k >= 1"):
+        SimulmtAgent(Namespace(k=0, model="/nonexistent"))
+
+
+@needs_simuleval
+def test_the_simuleval_command_line(tmp_path):
+    """``simuleval --agent-class simulmt.simuleval_agent.SimulmtAgent ...`` on a tiny model saved to disk."""
+    tiny = tiny_translator("llama")
+    model_dir = tmp_path / "tiny"
+    tiny.model.save_pretrained(model_dir)
+    tiny.tokenizer.save_pretrained(model_dir)
+    (tmp_path / "src").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    (tmp_path / "tgt").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "simuleval.cli", "--agent-class", "simulmt.simuleval_agent.SimulmtAgent",
+         "--source", str(tmp_path / "src"), "--target", str(tmp_path / "tgt"), "--output", str(tmp_path / "out"),
+         "--model", str(model_dir), "--layout", "expost", "--policy", "wait-k", "--k", "2", "--read-n", "4",
+         "--no-progress-bar"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = [json.loads(line) for line in (tmp_path / "out" / "instances.log").read_text().splitlines()]
+    assert len(logged) == len(SOURCES)
+    for entry, source in zip(logged, SOURCES):
+        assert entry["delays"] == wait_k_delays(2, len(source.split()), len(entry["delays"]))
+    assert "LAAL" in (tmp_path / "out" / "scores.tsv").read_text()
