@@ -494,10 +494,3 @@ def run(options: BenchOptions, parser: argparse.ArgumentParser) -> int:
             return 1
         print(f"wrote {data} and {image}")
     return 1 if bench.skipped else 0
-
-
-def command():
-    """The ``bench`` entry of the command registry (``simulmt.cli._commands``)."""
-    from simulmt.cli import Command
-
-    return Command(BenchOptions, run, HELP, DESCRIPTION)

@@ -265,6 +265,9 @@ class Command:
 
 def _commands() -> dict[str, Command]:
     """The explicit registry of subcommands (heavy modules are imported only when their command runs)."""
+    from simulmt import bench, evaluate as evaluation
+    from simulmt.finetune import options as finetuning
+
     return {
         "translate": Command(
             TranslateOptions, _run_translate,
@@ -273,10 +276,10 @@ def _commands() -> dict[str, Command]:
             "and each target word is written."),
         "demo": Command(DemoOptions, lambda options, _: _run_demo(options),
                         "stream a few English sentences into German and show every read and write"),
-        # evaluate / score: options and run functions in simulmt/evaluate.py (light to import; the model, sacrebleu,
-        # tqdm, rich and matplotlib load when the command runs). _load_translator is looked up at run time.
+        # evaluate / score / bench / finetune: options and run functions live in their modules (light to import;
+        # the model, sacrebleu, matplotlib, peft load when the command runs)
         "evaluate": Command(
-            (evaluation := __import__("simulmt.evaluate", fromlist=["EvaluateOptions"])).EvaluateOptions,
+            evaluation.EvaluateOptions,
             lambda options, sub: evaluation.run_evaluate_command(options, sub, _load_translator),
             "translate a test set under a grid of layouts and policies (resumable) and score it",
             "Translate a line-aligned test set with every layout x policy x k (or n) of the grid, plus one offline "
@@ -287,10 +290,9 @@ def _commands() -> dict[str, Command]:
             "recompute scores.json of a run (or of every run of a grid) from its instances.log, without the model",
             "Recompute scores.json from instances.log and config.json alone; for a grid directory, rescore every "
             "run under it and rebuild results.md, results.json and bleu_laal.png."),
-        "bench": __import__("simulmt.bench", fromlist=["command"]).command(),  # simulmt/bench.py
+        "bench": Command(bench.BenchOptions, bench.run, bench.HELP, bench.DESCRIPTION),
         "finetune": Command(
-            (finetuning := __import__("simulmt.finetune.options", fromlist=["FinetuneOptions"])).FinetuneOptions,
-            lambda options, sub: finetuning.run_finetune(options, sub),  # simulmt/finetune/
+            finetuning.FinetuneOptions, finetuning.run_finetune,
             "fine-tune a model for simultaneous translation (policy-consistent, ExPosST §2.3; LoRA by default)",
             "Fine-tune a causal LM on sentence pairs laid out as the streaming engine will see them (recipe = layout "
             "+ schedule), save DIR/adapter and DIR/training.json, and evaluate on a dev subset with the streaming "
