@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
 
 from helpers import SOURCE, tiny_translator
 from simulmt import bench, cli
@@ -16,14 +15,6 @@ from simulmt.translator import Translator
 
 SENTENCES = [SOURCE, "Where is the train station?", "My brother works in a hospital in Berlin."]
 LAYOUTS = ("expost", "prefix", "conversation")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from simulmt import cli
 from simulmt.errors import ModelNotFoundError
@@ -19,15 +18,6 @@ from tiny_models import make_model, make_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = ["The weather is nice today.", "The children are playing in the garden."]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from threads, and lose much when other processes share the CPUs."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 @pytest.fixture(scope="module")

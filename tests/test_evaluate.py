@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from helpers import tiny_translator
 from simulmt import cli
@@ -21,14 +20,6 @@ REFERENCES = ["Das Wetter ist heute schön.", "Die Kinder spielen im Garten.", "
 GRID_RUNS = ["expost-slot16.wait-1", "expost-slot16.wait-2", "prefix.wait-1", "prefix.wait-2", "offline"]
 SIMULEVAL_KEYS = ["index", "prediction", "delays", "elapsed", "prediction_length", "reference", "source",
                   "source_length"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 @pytest.fixture(scope="module")

@@ -29,15 +29,6 @@ TARGET = "Das Wetter ist heute schön und die Kinder spielen im Garten"
 SHORT_SOURCE, SHORT_TARGET = "Where is the train station?", "Wo ist der Bahnhof?"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from threads, and lose much when other processes share the CPUs."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
 def fresh_translator(arch: str = "llama", chat: bool = True) -> Translator:
     """A new model each time: LoRA wrapping changes the model in place, so nothing is shared between tests."""
     tok = make_tokenizer(chat=chat)

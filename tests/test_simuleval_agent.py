@@ -19,7 +19,6 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
-import torch
 
 from helpers import tiny_translator
 from simulmt.errors import SimulmtError
@@ -33,14 +32,6 @@ SOURCES = ["The weather is nice today .", "Where is the train station ?",
            "My brother works in a hospital in Berlin and my sister in Hamburg ."]
 REFERENCES = ["Das Wetter ist heute schön .", "Wo ist der Bahnhof ?",
               "Mein Bruder arbeitet in einem Krankenhaus in Berlin und meine Schwester in Hamburg ."]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 @pytest.mark.skipif(HAVE_SIMULEVAL, reason="checks the message shown when SimulEval is missing")
