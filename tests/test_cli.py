@@ -27,19 +27,6 @@ def translator() -> Translator:
 
 
 @pytest.fixture
-def loads(monkeypatch, translator) -> list[dict]:
-    """Replace the model loader by the tiny translator; the list records each call's arguments."""
-    calls: list[dict] = []
-
-    def load(**kwargs):
-        calls.append(kwargs)
-        return translator
-
-    monkeypatch.setattr(cli, "_load_translator", load)
-    return calls
-
-
-@pytest.fixture
 def input_file(tmp_path) -> Path:
     path = tmp_path / "input.txt"
     path.write_text(f"{SENTENCES[0]}\n\n{SENTENCES[1]}\n", encoding="utf-8")

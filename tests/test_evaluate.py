@@ -54,18 +54,6 @@ def grid(tmp_path_factory, data, translator) -> tuple[Path, str]:
     return output, out.getvalue()
 
 
-@pytest.fixture
-def loads(monkeypatch, translator) -> list[dict]:
-    calls: list[dict] = []
-
-    def load(**kwargs):
-        calls.append(kwargs)
-        return translator
-
-    monkeypatch.setattr(cli, "_load_translator", load)
-    return calls
-
-
 def _log(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
