@@ -394,7 +394,7 @@ def print_report(bench: Bench, out: TextIO, terminal: bool = False) -> None:
     console.print(same)
     console.print(f"ratios are of totals over the {len(bench.sentences)} sentences; offline = {OFFLINE_LAYOUT} layout, "
                   f"read everything then write")
-    console.print(f"signature: {signature(bench.settings)}")
+    console.print(f"signature: {signature(bench.settings)}", soft_wrap=True)
     if bench.skipped:
         console.print(f"left out: {len(bench.skipped)} sentence(s): "
                       + "; ".join(f"line {s['line']} ({s['error']})" for s in bench.skipped))
