@@ -56,6 +56,7 @@ def test_basic_example():
     assert all_metrics([2, 3, 4, 4], 4) == approx(expected)
     assert all_metrics([2, 3, 4, 4], 4, 4) == approx(expected)  # reference of the same length: no change
     assert all(isinstance(v, float) for v in all_metrics([2, 3, 4, 4], 4).values())
+    assert start_offset([2, 3, 4, 4], 4) == 2.0 and end_offset([2, 3, 4, 4], 4) == 0.0  # the functions, directly
 
 
 def test_prediction_longer_than_reference_al_vs_laal():
