@@ -39,7 +39,7 @@ from typing import TextIO
 from simulmt import __version__
 from simulmt.errors import SimulmtError
 from simulmt.layouts import LAYOUTS, make_layout
-from simulmt.models import DEFAULT_MODEL, packaged_model_names
+from simulmt.option_fields import adapter_field, device_field, dtype_field, language_field, model_field
 from simulmt.placed import Role
 from simulmt.policies import POLICIES, Offline, Policy, make_policy
 from simulmt.prompt_format import language_name
@@ -65,11 +65,8 @@ def _names(text: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class BenchOptions:
-    model: str | None = field(default=None, metadata={
-        "help": f"packaged short name ({', '.join(packaged_model_names())}), local checkpoint directory or Hugging "
-                f"Face hub id; default: {DEFAULT_MODEL}", "metavar": "NAME"})
-    adapter: str | None = field(default=None, metadata={
-        "help": "directory of a PEFT adapter to load on the model", "metavar": "DIR"})
+    model: str | None = model_field()
+    adapter: str = adapter_field()
     source: str | None = field(default=None, metadata={
         "help": "text file with one source sentence per line (required)", "metavar": "FILE"})
     lines: int = field(default=10, metadata={"help": "benchmark the first N non-empty lines", "metavar": "N"})
@@ -82,19 +79,15 @@ class BenchOptions:
     n: int = field(default=3, metadata={"help": "read-n: source words read before each written segment"})
     slot: int = field(default=16, metadata={"help": "expost: length of a source position slot, in tokens"})
     phi: int = field(default=256, metadata={"help": "gpe: first position id of the target group"})
-    source_lang: str = field(default="en", metadata={"help": "source language (code or English name)",
-                                                     "metavar": "LANG"})
-    target_lang: str = field(default="de", metadata={"help": "target language (code or English name)",
-                                                     "metavar": "LANG"})
+    source_lang: str = language_field("en", "source")
+    target_lang: str = language_field("de", "target")
     output: str | None = field(default=None, metadata={
         "help": "directory for bench.json and bench.png (created); without it the tables are only printed",
         "metavar": "DIR"})
     threads: int | None = field(default=None, metadata={
         "help": "torch CPU threads (default: torch's choice); fix it to compare runs on a shared machine"})
-    device: str | None = field(default=None, metadata={
-        "help": "where the model runs (cpu, cuda, ...); default: cuda when a GPU is visible, else cpu"})
-    dtype: str = field(default="float32", metadata={
-        "help": "model weights' dtype", "choices": ("float32", "bfloat16", "float16")})
+    device: str | None = device_field()
+    dtype: str = dtype_field()
 
     def __post_init__(self):
         if not self.source:

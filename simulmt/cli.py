@@ -22,16 +22,14 @@ from typing import TextIO
 from simulmt import __version__
 from simulmt.errors import SimulmtError
 from simulmt.layouts import LAYOUTS
-from simulmt.models import DEFAULT_MODEL, packaged_model_names
+from simulmt.models import DEFAULT_MODEL
+from simulmt.option_fields import adapter_field, device_field, dtype_field, language_field, model_field
 from simulmt.policies import POLICIES
 from simulmt.prompt_format import language_name
 from simulmt.session import Translation
 
 if typing.TYPE_CHECKING:
     from simulmt.translator import Translator
-
-_MODEL_HELP = (f"packaged short name ({', '.join(packaged_model_names())}), local checkpoint directory or "
-               f"Hugging Face hub id; default: {DEFAULT_MODEL}")
 
 
 # ---- options ---------------------------------------------------------------------------------------------------
@@ -40,9 +38,8 @@ class TranslateOptions:
     input: str = field(default="-", metadata={
         "help": "text file with one source sentence per line; '-' (default) reads standard input",
         "positional": True, "metavar": "FILE"})
-    model: str | None = field(default=None, metadata={"help": _MODEL_HELP, "metavar": "NAME"})
-    adapter: str | None = field(default=None, metadata={
-        "help": "directory of a PEFT adapter to load on the model", "metavar": "DIR"})
+    model: str | None = model_field()
+    adapter: str = adapter_field()
     layout: str = field(default="expost", metadata={
         "help": "how source and target tokens are placed in the model's context", "choices": tuple(LAYOUTS)})
     policy: str = field(default="wait-k", metadata={
@@ -51,16 +48,12 @@ class TranslateOptions:
     n: int = field(default=3, metadata={"help": "read-n: source words read before each written segment"})
     slot: int = field(default=16, metadata={"help": "expost: length of a source position slot, in tokens"})
     phi: int = field(default=256, metadata={"help": "gpe: first position id of the target group"})
-    source_lang: str = field(default="en", metadata={
-        "help": "source language (code or English name)", "metavar": "LANG"})
-    target_lang: str = field(default="de", metadata={
-        "help": "target language (code or English name)", "metavar": "LANG"})
+    source_lang: str = language_field("en", "source")
+    target_lang: str = language_field("de", "target")
     jsonl: bool = field(default=False, metadata={
         "help": "write one JSON object per input line (prediction, delays, timings, compute counts)"})
-    device: str | None = field(default=None, metadata={
-        "help": "where the model runs (cpu, cuda, cuda:1, ...); default: cuda when a GPU is visible, else cpu"})
-    dtype: str = field(default="float32", metadata={
-        "help": "model weights' dtype (bfloat16 halves memory on a GPU)", "choices": ("float32", "bfloat16", "float16")})
+    device: str | None = device_field()
+    dtype: str = dtype_field()
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:
@@ -79,9 +72,8 @@ class TranslateOptions:
 
 @dataclass(frozen=True)
 class DemoOptions:
-    model: str | None = field(default=None, metadata={"help": _MODEL_HELP, "metavar": "NAME"})
-    adapter: str | None = field(default=None, metadata={
-        "help": "directory of a PEFT adapter to load on the model", "metavar": "DIR"})
+    model: str | None = model_field()
+    adapter: str = adapter_field()
     k: int = field(default=3, metadata={"help": "wait-k: write target word j once k + j - 1 source words are read"})
 
     def __post_init__(self):
@@ -239,14 +231,13 @@ def _run_demo(options: DemoOptions) -> int:
     from simulmt.demo import run_demo
 
     model = options.model or DEFAULT_MODEL
-    print(f"simulmt demo: loading model {model}" + (f" with adapter {options.adapter}" if options.adapter else "")
-          + " ...", flush=True)
+    print(f"simulmt demo: loading model {model} (adapter: {options.adapter}) ...", flush=True)
     try:
         translator = _load_translator(model=model, adapter=options.adapter, source_lang="en", target_lang="de")
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
-    return run_demo(translator, k=options.k, fine_tuned=options.adapter is not None, out=sys.stdout)
+    return run_demo(translator, k=options.k, fine_tuned=getattr(translator, "adapter", None) is not None, out=sys.stdout)
 
 
 # ---- main --------------------------------------------------------------------------------------------------------
@@ -265,7 +256,8 @@ class Command:
 
 def _commands() -> dict[str, Command]:
     """The explicit registry of subcommands (heavy modules are imported only when their command runs)."""
-    from simulmt import bench, evaluate as evaluation
+    from simulmt import bench
+    from simulmt import evaluate as evaluation
     from simulmt.finetune import options as finetuning
 
     return {

@@ -36,13 +36,15 @@ def run_demo(translator, *, k: int = 3, fine_tuned: bool = False, out: TextIO | 
     console = _console(out or sys.stdout)
     model = translator.name or type(translator.model).__name__
     console.print(f"[bold]model[/]   {escape(model)}")
+    if fine_tuned:
+        console.print(f"[bold]adapter[/] {escape(str(getattr(translator, 'adapter', '')))}")
     console.print(f"[bold]layout[/]  {LAYOUT} (slot {SLOT}): source positions are reserved ahead, the cache is reused")
     console.print(f"[bold]policy[/]  wait-k, k={k}: target word j is written once {k} + j - 1 source words are read")
     console.print("[bold]task[/]    English -> German, greedy decoding on CPU; the source arrives word by word")
     if not fine_tuned:
-        console.print("[bold yellow]NOTE:[/] this is the base model, NOT fine-tuned for simultaneous translation, so "
-                      "the translations will be poor. They will improve once a fine-tuned default adapter exists "
-                      "(or pass --adapter DIR).")
+        console.print("[bold yellow]NOTE:[/] no adapter: this is the base model, NOT fine-tuned for simultaneous "
+                      "translation, so the translations will be poor. Without --adapter, the adapter shipped for "
+                      "the model is used when there is one; --adapter DIR loads your own.")
     console.print()
 
     totals = {"words": 0, "target": 0, "fed": 0, "generated": 0, "seconds": 0.0}

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, TextIO
 from simulmt.errors import SimulmtError
 from simulmt.layouts import LAYOUTS
 from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT, bleu, chrf, latency_scores
+from simulmt.option_fields import adapter_field, device_field, dtype_field, language_field, model_field
 from simulmt.prompt_format import language_name
 from simulmt.session import DecodeConfig, Translation
 
@@ -69,11 +70,8 @@ class EvaluateOptions:
     output: str | None = field(default=None, metadata={
         "help": "output directory: one subdirectory per run, results.md/json, bleu_laal.png (required); "
                 "rerunning into it continues unfinished runs", "metavar": "DIR"})
-    model: str | None = field(default=None, metadata={
-        "help": "packaged short name, local checkpoint directory or hub id (default: the default model)",
-        "metavar": "NAME"})
-    adapter: str | None = field(default=None, metadata={
-        "help": "directory of a PEFT adapter to load on the model", "metavar": "DIR"})
+    model: str | None = model_field()
+    adapter: str = adapter_field()
     layouts: str = field(default="expost,prefix", metadata={
         "help": f"comma-separated layouts ({', '.join(LAYOUTS)})", "metavar": "LIST"})
     policies: str = field(default="wait-k", metadata={
@@ -84,18 +82,14 @@ class EvaluateOptions:
     phi: int = field(default=256, metadata={"help": "gpe: first position id of the target group"})
     no_offline: bool = field(default=False, metadata={
         "help": "skip the offline run (expost layout, whole source first) that gives the plot's reference line"})
-    source_lang: str = field(default="en", metadata={"help": "source language (code or English name)",
-                                                     "metavar": "LANG"})
-    target_lang: str = field(default="de", metadata={"help": "target language (code or English name)",
-                                                     "metavar": "LANG"})
+    source_lang: str = language_field("en", "source")
+    target_lang: str = language_field("de", "target")
     lines: int | None = field(default=None, metadata={
         "help": "evaluate the first N lines only (default: all)", "metavar": "N"})
     ms_per_word: float = field(default=DEFAULT_MS_PER_SOURCE_UNIT, metadata={
         "help": "source rate assumed by the computation-aware latency (*_CA): ms per source word"})
-    device: str | None = field(default=None, metadata={
-        "help": "where the model runs (cpu, cuda, ...); default: cuda when a GPU is visible, else cpu"})
-    dtype: str = field(default="float32", metadata={
-        "help": "model weights' dtype", "choices": ("float32", "bfloat16", "float16")})
+    device: str | None = device_field()
+    dtype: str = dtype_field()
 
     def __post_init__(self):
         for name in ("source", "reference", "output"):

@@ -25,8 +25,9 @@ from simulmt.session import DecodeConfig, StreamingSession, Translation, Written
 
 class Translator:
     def __init__(self, model, tokenizer, *, source_lang: str = "en", target_lang: str = "de",
-                 use_chat_template: bool = True, name: str = ""):
+                 use_chat_template: bool = True, name: str = "", adapter: str | None = None):
         self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.adapter = adapter  # the adapter's label (shipped name or directory), None for the bare model
         self.source_lang, self.target_lang = source_lang, target_lang
         fmt = build_format(tokenizer, source_lang, target_lang, use_chat_template)
         if not fmt.chat:  # plain markers: a line break ends the translation too
@@ -36,14 +37,14 @@ class Translator:
         self.word_starts = word_start_table(tokenizer, self.runner.compute.vocab)
 
     @classmethod
-    def load(cls, model: str | None = None, adapter: str | None = None, *, source_lang: str = "en",
+    def load(cls, model: str | None = None, adapter: str | None = "auto", *, source_lang: str = "en",
              target_lang: str = "de", use_chat_template: bool = True, **load_kwargs) -> "Translator":
         from simulmt.models import DEFAULT_MODEL, load_model
 
         loaded = load_model(model or DEFAULT_MODEL, adapter, **load_kwargs)
         name = loaded.name + (f"+{loaded.adapter}" if loaded.adapter else "")
         return cls(loaded.model, loaded.tokenizer, source_lang=source_lang, target_lang=target_lang,
-                   use_chat_template=use_chat_template, name=name)
+                   use_chat_template=use_chat_template, name=name, adapter=loaded.adapter)
 
     def session(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = 3, n: int = 3,
                 slot: int = 16, phi: int = 256, config: DecodeConfig | None = None,

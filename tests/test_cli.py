@@ -86,7 +86,7 @@ def test_jsonl(loads, capsys, input_file):
     k = 2
     assert cli.main(["translate", "--policy", "wait-k", "--k", str(k), "--jsonl", "--target-lang", "German",
                      str(input_file)]) == 0
-    assert loads == [dict(model=None, adapter=None, source_lang="en", target_lang="German", device=None,
+    assert loads == [dict(model=None, adapter="auto", source_lang="en", target_lang="German", device=None,
                           dtype="float32")]
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 3
@@ -165,6 +165,15 @@ def test_demo(loads, capsys):
         assert sentence in out
     assert out.count("READ ") == sum(len(s.split()) for s in DEMO)
     assert "WRITE" in out and "delay 2" in out and "total" in out
+
+
+def test_demo_with_an_adapter_names_it_and_drops_the_notice(loads, translator, monkeypatch, capsys):
+    monkeypatch.setattr(translator, "adapter", "my-lora", raising=False)
+    assert cli.main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert loads[0]["adapter"] == "auto"  # the shipped adapter unless told otherwise
+    assert "adapter my-lora" in out and "NOT fine-tuned" not in out
+    assert out.strip().splitlines()[-1].startswith("total")  # ends with the one-line summary
 
 
 def test_version_subprocess():

@@ -70,7 +70,8 @@ def tiny_adapter(tiny_checkpoint, tmp_path_factory) -> Path:
 
     base = AutoModelForCausalLM.from_pretrained(tiny_checkpoint)
     peft_model = get_peft_model(
-        base, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+        base, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM",
+                         init_lora_weights=False)  # random B: the adapter changes the logits
     )
     path = tmp_path_factory.mktemp("tiny-lora")
     peft_model.save_pretrained(path)
@@ -171,13 +172,47 @@ def test_broken_adapter(tiny_checkpoint, tmp_path):
 def test_lora_adapter_loads(tiny_checkpoint, tiny_adapter):
     from peft import PeftModel
 
-    lm = load_model(str(tiny_checkpoint), adapter=str(tiny_adapter))
+    lm = load_model(str(tiny_checkpoint), adapter=str(tiny_adapter), merge_adapter=False)
     assert isinstance(lm.model, PeftModel)
     assert lm.adapter == str(tiny_adapter)
     assert not lm.model.training
     ids = lm.tokenizer("hello world", return_tensors="pt").input_ids
     with torch.no_grad():
         assert lm.model(input_ids=ids).logits.shape == (1, 2, 100)
+
+
+def test_adapter_is_merged_by_default_with_the_same_logits(tiny_checkpoint, tiny_adapter):
+    from peft import PeftModel
+
+    merged = load_model(str(tiny_checkpoint), adapter=str(tiny_adapter))
+    unmerged = load_model(str(tiny_checkpoint), adapter=str(tiny_adapter), merge_adapter=False)
+    bare = load_model(str(tiny_checkpoint))
+    assert not isinstance(merged.model, PeftModel)  # a plain model: no LoRA matmuls per step
+    ids = merged.tokenizer("hello world hello", return_tensors="pt").input_ids
+    with torch.no_grad():
+        a, b, c = (lm.model(input_ids=ids).logits for lm in (merged, unmerged, bare))
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert (a - c).abs().max() > 1e-3  # the adapter did something
+
+
+@pytest.mark.parametrize("adapter", [None, "none", "NONE", "auto"])
+def test_no_adapter_or_auto_without_a_shipped_one_gives_the_bare_model(tiny_checkpoint, adapter):
+    lm = load_model(str(tiny_checkpoint), adapter=adapter)
+    assert lm.adapter is None
+
+
+def test_shipped_adapter_resolution():
+    from simulmt.adapters import SHIPPED, default_adapter, resolve_adapter
+
+    name, base = next(iter(SHIPPED.items()))
+    with pytest.raises(SimulmtError, match="was trained on"):
+        resolve_adapter(name, "smollm2-135m")
+    assert resolve_adapter("auto", "smollm2-135m") is None  # no adapter shipped for it
+    assert resolve_adapter("some/dir", base) == ("some/dir", Path("some/dir"))
+    if default_adapter(base) is not None:  # the shipped files are in this checkout
+        label, path = resolve_adapter("auto", base)
+        assert label == name and (path / "adapter_config.json").is_file() and (path / "README.md").is_file()
+        assert resolve_adapter(name, base) == (label, path)
 
 
 # ------------------------------------------------------------------ packaged-model conversion cache

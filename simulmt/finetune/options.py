@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 
 from simulmt.errors import SimulmtError
 from simulmt.finetune.recipes import DEFAULT_POLICY, RECIPES
+from simulmt.option_fields import language_field, model_field
 from simulmt.prompt_format import language_name
 
 _DATA_SOURCES = ("train_source", "train_tsv", "train_jsonl", "train_dataset")
@@ -43,13 +44,10 @@ class FinetuneOptions:
     dev_reference: str | None = field(default=None, metadata={
         "help": "dev reference translations, aligned with --dev-source", "metavar": "FILE"})
     limit: int | None = field(default=None, metadata={"help": "use only the first N training pairs", "metavar": "N"})
-    source_lang: str = field(default="en", metadata={"help": "source language (code or English name)",
-                                                     "metavar": "LANG"})
-    target_lang: str = field(default="de", metadata={"help": "target language (code or English name)",
-                                                     "metavar": "LANG"})
+    source_lang: str = language_field("en", "source")
+    target_lang: str = language_field("de", "target")
     # ---- model and recipe ----
-    model: str | None = field(default=None, metadata={
-        "help": "packaged short name, local checkpoint directory or hub id; default: gemma-3-270m", "metavar": "NAME"})
+    model: str | None = model_field()
     recipe: str = field(default="expost", metadata={
         "help": "how training sequences are laid out: " + "; ".join(f"{k}: {v}" for k, v in RECIPES.items()),
         "choices": tuple(RECIPES)})

@@ -1,0 +1,49 @@
+"""Copy a trained LoRA adapter from a ``simulmt finetune`` run into the package, as a shipped adapter.
+
+    python scripts/ship_adapter.py RUN_DIR NAME
+
+Writes ``simulmt/adapters/NAME/``: ``adapter_config.json`` (base model set to the packaged short name),
+``adapter_model.safetensors`` with the weights in bfloat16 (half the size; the LoRA layers are cast back to the
+model's dtype on load) and ``training.json`` (the run's own record: command options, data, steps, time, dev
+scores). The data card ``README.md`` is written by hand from ``training.json`` and the evaluation runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from simulmt.adapters import SHIPPED
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ship(run: Path, name: str) -> Path:
+    if name not in SHIPPED:
+        raise SystemExit(f"{name!r} is not in simulmt.adapters.SHIPPED ({', '.join(SHIPPED)}): register it first")
+    adapter = run / "adapter"
+    if not (adapter / "adapter_config.json").is_file():
+        raise SystemExit(f"no adapter in {adapter} (is the run finished?)")
+    target = ROOT / "simulmt" / "adapters" / name
+    target.mkdir(parents=True, exist_ok=True)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = SHIPPED[name]
+    (target / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    weights = load_file(str(adapter / "adapter_model.safetensors"))
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()},
+              str(target / "adapter_model.safetensors"), metadata={"format": "pt"})
+    shutil.copyfile(run / "training.json", target / "training.json")
+    return target
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="the finetune run directory (holds adapter/ and training.json)")
+    parser.add_argument("name", help="the shipped adapter's name (a key of simulmt.adapters.SHIPPED)")
+    args = parser.parse_args()
+    print(ship(args.run, args.name))

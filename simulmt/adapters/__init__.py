@@ -1,0 +1,67 @@
+"""Adapters shipped inside the package, and how an ``adapter`` argument is resolved.
+
+Each shipped adapter is a PEFT LoRA directory next to this file, with a data card (``README.md``: the exact training
+command, data, steps, time and scores). A model that has a shipped adapter uses it by default.
+
+An ``adapter`` argument is one of:
+
+- ``"auto"``: the shipped adapter of the model, if it has one, else none (the default of ``simulmt translate``,
+  ``simulmt demo`` and :meth:`simulmt.Translator.load`);
+- ``None`` or ``"none"``: the bare model;
+- a shipped adapter's name (see :func:`shipped_adapter_names`);
+- a directory holding a PEFT adapter (``adapter_config.json``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simulmt.errors import SimulmtError
+
+__all__ = ["AUTO", "NONE", "SHIPPED", "default_adapter", "resolve_adapter", "shipped_adapter_names"]
+
+AUTO, NONE = "auto", "none"
+
+_HERE = Path(__file__).resolve().parent
+
+# shipped adapter name -> the packaged model it was trained on
+SHIPPED: dict[str, str] = {
+    "gemma-3-270m-expost-kmix-en-de": "gemma-3-270m",
+}
+
+
+def shipped_adapter_names() -> list[str]:
+    return list(SHIPPED)
+
+
+def _shipped_path(name: str) -> Path | None:
+    path = _HERE / name
+    return path if (path / "adapter_config.json").is_file() else None
+
+
+def default_adapter(model: str) -> str | None:
+    """Name of the shipped adapter that ``model`` uses by default, or None."""
+    for name, base in SHIPPED.items():
+        if base == model and _shipped_path(name) is not None:
+            return name
+    return None
+
+
+def resolve_adapter(adapter: str | None, model: str) -> tuple[str, Path] | None:
+    """``(label, directory)`` of the adapter to load on ``model``, or None for the bare model.
+
+    The label is what reports and signatures show: the shipped name, or the directory as given.
+    """
+    if adapter is None or adapter.lower() == NONE:
+        return None
+    if adapter.lower() == AUTO:
+        name = default_adapter(model)
+        return None if name is None else (name, _HERE / name)
+    if adapter in SHIPPED:
+        if SHIPPED[adapter] != model:
+            raise SimulmtError(f"the shipped adapter {adapter!r} was trained on {SHIPPED[adapter]!r}, not on {model!r}")
+        path = _shipped_path(adapter)
+        if path is None:
+            raise SimulmtError(f"the shipped adapter {adapter!r} is missing from this installation ({_HERE / adapter})")
+        return adapter, path
+    return adapter, Path(adapter).expanduser()

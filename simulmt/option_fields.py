@@ -1,0 +1,44 @@
+"""The option fields that several commands share (model, adapter, languages, device, dtype).
+
+Each function returns a dataclass ``field`` with its default and help, so ``translate``, ``demo``, ``evaluate``,
+``bench`` and ``finetune`` describe these options in one place; :func:`simulmt.cli.add_dataclass_arguments`
+turns them into arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from simulmt.adapters import AUTO, shipped_adapter_names
+from simulmt.models import DEFAULT_MODEL, packaged_model_names
+
+__all__ = ["adapter_field", "device_field", "dtype_field", "language_field", "model_field"]
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def model_field():
+    return field(default=None, metadata={
+        "help": f"packaged short name ({', '.join(packaged_model_names())}), local checkpoint directory or "
+                f"Hugging Face hub id; default: {DEFAULT_MODEL}", "metavar": "NAME"})
+
+
+def adapter_field():
+    return field(default=AUTO, metadata={
+        "help": f"LoRA adapter: 'auto' uses the one shipped for the model if there is one "
+                f"({', '.join(shipped_adapter_names())}), 'none' the bare model, or a PEFT adapter directory",
+        "metavar": "auto|none|NAME|DIR"})
+
+
+def language_field(default: str, side: str):
+    return field(default=default, metadata={"help": f"{side} language (code or English name)", "metavar": "LANG"})
+
+
+def device_field():
+    return field(default=None, metadata={
+        "help": "where the model runs (cpu, cuda, cuda:1, ...); default: cuda when a GPU is visible, else cpu"})
+
+
+def dtype_field():
+    return field(default="float32", metadata={
+        "help": "model weights' dtype (bfloat16 halves memory on a GPU)", "choices": DTYPES})
