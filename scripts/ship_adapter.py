@@ -37,7 +37,8 @@ def ship(run: Path, name: str) -> Path:
     weights = load_file(str(adapter / "adapter_model.safetensors"))
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()},
               str(target / "adapter_model.safetensors"), metadata={"format": "pt"})
-    shutil.copyfile(run / "training.json", target / "training.json")
+    if (run / "training.json").is_file():  # written after the evaluation at the end of the run
+        shutil.copyfile(run / "training.json", target / "training.json")
     return target
 
 

