@@ -39,7 +39,8 @@ from typing import TextIO
 from simulmt import __version__
 from simulmt.errors import SimulmtError
 from simulmt.layouts import LAYOUTS, make_layout
-from simulmt.option_fields import adapter_field, device_field, dtype_field, language_field, model_field
+from simulmt.option_fields import (adapter_field, device_field, dtype_field, k_field, language_field,
+                                    model_field, n_field, phi_field, slot_field)
 from simulmt.placed import Role
 from simulmt.policies import POLICIES, Offline, Policy, make_policy
 from simulmt.prompt_format import language_name
@@ -75,10 +76,10 @@ class BenchOptions:
     policy: str = field(default="wait-k", metadata={
         "help": "comma-separated streaming policies (wait-k, read-n); offline decoding is always the reference",
         "metavar": "LIST"})
-    k: int = field(default=3, metadata={"help": "wait-k: write target word j once k + j - 1 source words are read"})
-    n: int = field(default=3, metadata={"help": "read-n: source words read before each written segment"})
-    slot: int = field(default=16, metadata={"help": "expost: length of a source position slot, in tokens"})
-    phi: int = field(default=256, metadata={"help": "gpe: first position id of the target group"})
+    k: int = k_field()
+    n: int = n_field()
+    slot: int = slot_field()
+    phi: int = phi_field()
     source_lang: str = language_field("en", "source")
     target_lang: str = language_field("de", "target")
     output: str | None = field(default=None, metadata={

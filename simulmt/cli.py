@@ -23,7 +23,8 @@ from simulmt import __version__
 from simulmt.errors import SimulmtError
 from simulmt.layouts import LAYOUTS
 from simulmt.models import DEFAULT_MODEL
-from simulmt.option_fields import adapter_field, device_field, dtype_field, language_field, model_field
+from simulmt.option_fields import (adapter_field, device_field, dtype_field, k_field, language_field,
+                                    model_field, n_field, phi_field, slot_field)
 from simulmt.policies import POLICIES
 from simulmt.prompt_format import language_name
 from simulmt.session import Translation
@@ -44,10 +45,10 @@ class TranslateOptions:
         "help": "how source and target tokens are placed in the model's context", "choices": tuple(LAYOUTS)})
     policy: str = field(default="wait-k", metadata={
         "help": "when to read the next source word and when to write a target word", "choices": tuple(POLICIES)})
-    k: int = field(default=3, metadata={"help": "wait-k: write target word j once k + j - 1 source words are read"})
-    n: int = field(default=3, metadata={"help": "read-n: source words read before each written segment"})
-    slot: int = field(default=16, metadata={"help": "expost: length of a source position slot, in tokens"})
-    phi: int = field(default=256, metadata={"help": "gpe: first position id of the target group"})
+    k: int = k_field()
+    n: int = n_field()
+    slot: int = slot_field()
+    phi: int = phi_field()
     source_lang: str = language_field("en", "source")
     target_lang: str = language_field("de", "target")
     jsonl: bool = field(default=False, metadata={
@@ -74,7 +75,7 @@ class TranslateOptions:
 class DemoOptions:
     model: str | None = model_field()
     adapter: str = adapter_field()
-    k: int = field(default=3, metadata={"help": "wait-k: write target word j once k + j - 1 source words are read"})
+    k: int = k_field()
 
     def __post_init__(self):
         if self.k < 1:
@@ -237,7 +238,8 @@ def _run_demo(options: DemoOptions) -> int:
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
-    return run_demo(translator, k=options.k, fine_tuned=getattr(translator, "adapter", None) is not None, out=sys.stdout)
+    fine_tuned = getattr(translator, "adapter", None) is not None
+    return run_demo(translator, k=options.k, fine_tuned=fine_tuned, out=sys.stdout)
 
 
 # ---- main --------------------------------------------------------------------------------------------------------

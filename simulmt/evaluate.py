@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, TextIO
 from simulmt.errors import SimulmtError
 from simulmt.layouts import LAYOUTS
 from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT, bleu, chrf, latency_scores
-from simulmt.option_fields import adapter_field, device_field, dtype_field, language_field, model_field
+from simulmt.option_fields import (adapter_field, device_field, dtype_field, language_field,
+                                    model_field, phi_field, slot_field)
 from simulmt.prompt_format import language_name
 from simulmt.session import DecodeConfig, Translation
 
@@ -78,8 +79,8 @@ class EvaluateOptions:
         "help": f"comma-separated policies ({', '.join(GRID_POLICIES)})", "metavar": "LIST"})
     ks: str = field(default="1,3,5", metadata={"help": "wait-k: comma-separated k values", "metavar": "LIST"})
     ns: str = field(default="3,5", metadata={"help": "read-n: comma-separated n values", "metavar": "LIST"})
-    slot: int = field(default=16, metadata={"help": "expost: length of a source position slot, in tokens"})
-    phi: int = field(default=256, metadata={"help": "gpe: first position id of the target group"})
+    slot: int = slot_field()
+    phi: int = phi_field()
     no_offline: bool = field(default=False, metadata={
         "help": "skip the offline run (expost layout, whole source first) that gives the plot's reference line"})
     source_lang: str = language_field("en", "source")

@@ -432,7 +432,8 @@ def _from_hub(name: str, dtype: torch.dtype, attn: str, cache_dir: str | Path | 
 
 
 def _load_adapter(model, adapter: str | Path, merge: bool):
-    """Put a PEFT adapter on ``model``; merged into the weights (a plain model, faster to run) unless ``merge`` is off."""
+    """Put a PEFT adapter on ``model``, merged into its weights (a plain model, faster to run) unless ``merge``
+    is off."""
     path = Path(adapter).expanduser()
     if not path.is_dir():
         raise SimulmtError(f"Adapter directory not found: {path}")

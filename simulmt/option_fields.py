@@ -1,4 +1,4 @@
-"""The option fields that several commands share (model, adapter, languages, device, dtype).
+"""The option fields that several commands share (model, adapter, languages, device, dtype, k, n, slot, phi).
 
 Each function returns a dataclass ``field`` with its default and help, so ``translate``, ``demo``, ``evaluate``,
 ``bench`` and ``finetune`` describe these options in one place; :func:`simulmt.cli.add_dataclass_arguments`
@@ -12,7 +12,8 @@ from dataclasses import field
 from simulmt.adapters import AUTO, shipped_adapter_names
 from simulmt.models import DEFAULT_MODEL, packaged_model_names
 
-__all__ = ["adapter_field", "device_field", "dtype_field", "language_field", "model_field"]
+__all__ = ["adapter_field", "device_field", "dtype_field", "k_field", "language_field", "model_field", "n_field",
+           "phi_field", "slot_field"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -42,3 +43,19 @@ def device_field():
 def dtype_field():
     return field(default="float32", metadata={
         "help": "model weights' dtype (bfloat16 halves memory on a GPU)", "choices": DTYPES})
+
+
+def k_field():
+    return field(default=3, metadata={"help": "wait-k: write target word j once k + j - 1 source words are read"})
+
+
+def n_field():
+    return field(default=3, metadata={"help": "read-n: source words read before each written segment"})
+
+
+def slot_field():
+    return field(default=16, metadata={"help": "expost: length of a source position slot, in tokens"})
+
+
+def phi_field():
+    return field(default=256, metadata={"help": "gpe: first position id of the target group"})

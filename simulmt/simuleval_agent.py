@@ -89,7 +89,8 @@ class SimulmtAgent(TextToTextAgent):
         group.add_argument("--model", default=None, help="packaged short name (gemma-3-270m, smollm2-135m), local "
                            "checkpoint directory or Hugging Face hub id (default: simulmt's default model)")
         group.add_argument("--adapter", default="auto",
-                           help="'auto' (the adapter shipped for the model, if any), 'none', or a PEFT adapter directory")
+                           help="'auto' (the adapter shipped for the model, if any), 'none', or a PEFT adapter "
+                           "directory")
         group.add_argument("--layout", default="expost", choices=tuple(LAYOUTS),
                            help="how source and target tokens are placed in the model's context")
         group.add_argument("--policy", default="wait-k", choices=("wait-k", "read-n", "offline"),
