@@ -39,20 +39,25 @@ class Policy(Protocol):
 
 @dataclass(frozen=True)
 class WaitK:
-    """wait-k (Ma et al., 2019), SimulEval semantics: write word j once min(k + j - 1, |X|) units are read."""
+    """wait-k (Ma et al., 2019), SimulEval semantics: write word j once min(k + j - 1, |X|) units are read.
+
+    An end token proposed before the source is finished means the model has translated what it read: that is a
+    READ (as SimulEval's LLM agents do), never a forced word. Word j is then written later than k + j - 1."""
 
     k: int
     name: ClassVar[str] = "wait-k"
-    lets_model_end_segment: ClassVar[bool] = False
+    lets_model_end_segment: ClassVar[bool] = True
 
     def __post_init__(self):
         if self.k < 1:
             raise SimulmtError(f"wait-k needs k >= 1, got {self.k}")
 
     def decide(self, state: StreamState) -> Action:
-        if state.source_finished or state.source_read >= self.k + state.target_words:
+        if state.source_finished:
             return Action.WRITE
-        return Action.READ
+        if state.model_ended_segment:
+            return Action.READ
+        return Action.WRITE if state.source_read >= self.k + state.target_words else Action.READ
 
     def describe(self) -> str:
         return f"wait-{self.k}"

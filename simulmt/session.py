@@ -34,13 +34,31 @@ from simulmt.runner import ModelRunner, crop_cache, new_cache
 
 @dataclass(frozen=True)
 class DecodeConfig:
+    """Bounds of greedy decoding. Every bound reached acts as an end token proposed by the model: the end of the
+    sentence once the source is finished, a READ before (under a policy that lets the model end segments)."""
+
     max_len_a: float = 2.0  # after the source ends: at most a * |X| + b target words
     max_len_b: int = 10
     max_tokens_per_word: int = 24  # a word that never ends is cut here
+    max_tokens_a: float = 2.0  # at any time: at most a * (source tokens read) + b target tokens
+    max_tokens_b: int = 16
+    no_repeat_ngram: int = 4  # a token that would repeat an n-token sequence of the sentence ends instead (0: off)
 
     def __post_init__(self):
-        if self.max_len_a < 0 or self.max_len_b < 1 or self.max_tokens_per_word < 1:
+        if (self.max_len_a < 0 or self.max_len_b < 1 or self.max_tokens_per_word < 1 or self.max_tokens_a < 0
+                or self.max_tokens_b < 1 or self.no_repeat_ngram < 0 or self.no_repeat_ngram == 1):
             raise SimulmtError(f"invalid decoding bounds: {self}")
+
+    def max_target_tokens(self, source_tokens_read: int) -> int:
+        return int(self.max_tokens_a * source_tokens_read) + self.max_tokens_b
+
+
+def repeated_ngram_bans(tokens: list[int], n: int) -> set[int]:
+    """Tokens that would complete an n-gram already in ``tokens`` (Hugging Face's ``no_repeat_ngram_size``)."""
+    if n < 2 or len(tokens) < n:
+        return set()
+    tail = tokens[len(tokens) - n + 1:]
+    return {tokens[i + n - 1] for i in range(len(tokens) - n + 1) if tokens[i:i + n - 1] == tail}
 
 
 @dataclass(frozen=True)
@@ -87,7 +105,8 @@ class Translation:
 class StreamingSession:
     def __init__(self, runner: ModelRunner, tokenizer, fmt: PromptFormat, layout: Layout, policy: Policy,
                  word_starts: torch.Tensor, config: DecodeConfig = DecodeConfig(), *,
-                 forced: list[tuple[int, int]] | None = None, record: bool = False, model_name: str = ""):
+                 forced: list[tuple[int, int]] | None = None, record: bool = False, model_name: str = "",
+                 banned: torch.Tensor | None = None):
         self.runner, self.tokenizer, self.fmt = runner, tokenizer, fmt
         self.layout, self.policy, self.config = layout, policy, config
         self.word_starts = word_starts
@@ -106,6 +125,7 @@ class StreamingSession:
         self.current_delay = 0
         self.held: int | None = None  # a proposal not yet acted on
         self.accepted = 0  # target tokens accepted (index into ``forced``)
+        self.target_tokens: list[int] = []  # every target token accepted, in order
         self.segment_reads = self.segment_words = 0
         self.model_ended_segment = False
         self.done = False
@@ -116,6 +136,8 @@ class StreamingSession:
         stops = torch.zeros_like(word_starts)
         stops[[i for i in fmt.stop_ids if i < len(stops)]] = True
         self.stops = stops
+        # never proposed: special tokens that are not end tokens (e.g. <start_of_image>, markup)
+        self.banned = (banned & ~stops) if banned is not None else torch.zeros_like(stops)
 
     # ---- the source side -------------------------------------------------------------------------------------
     def push(self, words: list[str], finished: bool = False) -> None:
@@ -149,8 +171,11 @@ class StreamingSession:
                         return  # wait for more source
                     raise SimulmtError(f"policy {self.policy.describe()} asked to read past the end of the source")
             if self.held is None:
-                self.layout.open_target(self.state)
-                self.held = self._propose(self._sync())
+                if self._at_token_bound():  # as if the model proposed the end
+                    self.held = self.fmt.end_id
+                else:
+                    self.layout.open_target(self.state)
+                    self.held = self._propose(self._sync())
             token = self.held
             if self.current and (self._is_end(token) or self._starts_word(token)):
                 yield from self._commit()  # the word is complete; the policy decides before the proposal is used
@@ -199,6 +224,7 @@ class StreamingSession:
             self.segment_reads = 0
         self.layout.write(self.state, token, len(self.written))
         self.current.append(token)
+        self.target_tokens.append(token)
         self.accepted += 1
         self.held = None
 
@@ -214,6 +240,11 @@ class StreamingSession:
         self.written.append(word)
         self.segment_words += 1
         yield word
+
+    def _at_token_bound(self) -> bool:
+        if self.forced is not None:
+            return False
+        return len(self.target_tokens) >= self.config.max_target_tokens(self.state.source_tokens)
 
     def _max_words(self) -> int:
         return int(self.config.max_len_a * len(self.units)) + self.config.max_len_b
@@ -234,6 +265,7 @@ class StreamingSession:
         else:
             scores = logits.clone()
             n = min(len(scores), len(self.word_starts))
+            scores[:n][self.banned[:n]] = float("-inf")
             if not self.source_finished and not self.policy.lets_model_end_segment:
                 scores[:n][self.stops[:n]] = float("-inf")
             if not self.current and self.written and self.layout.continues_text(self.state):
@@ -241,9 +273,19 @@ class StreamingSession:
                 scores[:n][~(self.word_starts[:n] | self.stops[:n])] = float("-inf")
                 scores[n:] = float("-inf")
             token = int(torch.argmax(scores))
+            if token in repeated_ngram_bans(self.target_tokens, self.config.no_repeat_ngram):
+                # the model wants to repeat itself: it has nothing new to say, which is an end proposal
+                # (a READ before the source is finished); where the policy forbids that, its next best token
+                end_allowed = self.source_finished or self.policy.lets_model_end_segment
+                token = self.fmt.end_id if end_allowed else self._next_best(scores)
         if self.record:
             self.proposals.append(Proposal(tuple(self.fed), logits, token))
         return token
+
+    def _next_best(self, scores: torch.Tensor) -> int:
+        scores = scores.clone()
+        scores[list(repeated_ngram_bans(self.target_tokens, self.config.no_repeat_ngram))] = float("-inf")
+        return int(torch.argmax(scores))
 
     def _sync(self) -> torch.Tensor:
         """Make the KV cache hold the layout's placed list; return the logits of its last token."""
@@ -285,12 +327,3 @@ class StreamingSession:
             refed_tokens=self.refed_tokens, wall_ms=round(wall, 3))
 
 
-def word_start_table(tokenizer, vocab_size: int) -> torch.Tensor:
-    """Boolean per token id: does the token begin a new word (a leading space / ▁ / Ġ)?"""
-    table = torch.zeros(vocab_size, dtype=torch.bool)
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    pieces = tokenizer.convert_ids_to_tokens(list(range(min(len(tokenizer), vocab_size))))
-    for i, piece in enumerate(pieces):
-        if piece and i not in special and piece.startswith(("▁", "Ġ", " ", "<0x20>", "Ċ", "\n", "\t")):
-            table[i] = True
-    return table

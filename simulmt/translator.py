@@ -20,7 +20,8 @@ from simulmt.layouts import Layout, make_layout
 from simulmt.policies import Policy, make_policy
 from simulmt.prompt_format import PromptFormat, build_format, newline_ids, source_units
 from simulmt.runner import ModelRunner
-from simulmt.session import DecodeConfig, StreamingSession, Translation, WrittenWord, word_start_table
+from simulmt.session import DecodeConfig, StreamingSession, Translation, WrittenWord
+from simulmt.vocabulary import special_token_ids, token_table, word_start_table
 
 
 class Translator:
@@ -35,6 +36,7 @@ class Translator:
         self.fmt: PromptFormat = fmt
         self.runner = ModelRunner(model)
         self.word_starts = word_start_table(tokenizer, self.runner.compute.vocab)
+        self.special = token_table(special_token_ids(tokenizer), self.runner.compute.vocab)
 
     @classmethod
     def load(cls, model: str | None = None, adapter: str | None = "auto", *, source_lang: str = "en",
@@ -52,7 +54,8 @@ class Translator:
         layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
         policy = make_policy(policy, k=k, n=n) if isinstance(policy, str) else policy
         return StreamingSession(self.runner, self.tokenizer, self.fmt, layout, policy, self.word_starts,
-                                config or DecodeConfig(), forced=forced, record=record, model_name=self.name)
+                                config or DecodeConfig(), forced=forced, record=record, model_name=self.name,
+                                banned=self.special)
 
     def translate(self, text: str, layout: str | Layout = "expost", policy: str | Policy = "wait-k",
                   **kwargs) -> Translation:

@@ -1,0 +1,55 @@
+"""What the decoder needs to know about a vocabulary: which tokens start a word, which are special.
+
+*Special* tokens are never proposed as target text (only the end tokens of the prompt format may end a segment)
+and never decoded into it. A token is special when the tokenizer says so (its special tokens, or an added token
+flagged special), or when it is an added token that is markup, e.g. ``<start_of_image>``, ``<em>``, ``</i>`` or
+``[multimodal]``: GGUF files store such tokens as "user-defined", so a converted tokenizer does not flag them,
+and a base model trained on web pages likes to write them once it has nothing left to say.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+_MARKUP = re.compile(r"^(<[^<>\s]+>|\[[^\[\]\s]+\])$")
+WORD_START_PREFIXES = ("▁", "Ġ", " ", "<0x20>", "Ċ", "\n", "\t")
+
+
+def special_token_ids(tokenizer) -> frozenset[int]:
+    """Ids of the tokens that are special in the model's vocabulary (see the module docstring)."""
+    ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+    for token_id, added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
+        if getattr(added, "special", False) or _MARKUP.match(str(added)):
+            ids.add(int(token_id))
+    return frozenset(ids)
+
+
+def mark_special_tokens(tokenizer) -> int:
+    """Flag as special, in the tokenizer itself, the markup tokens it leaves unflagged, so that
+    ``decode(..., skip_special_tokens=True)`` drops them everywhere. Returns how many were flagged."""
+    flagged = set(getattr(tokenizer, "all_special_ids", []) or [])
+    extra = [added for token_id, added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items()
+             if int(token_id) not in flagged and _MARKUP.match(str(added))]
+    if extra:
+        tokenizer.add_special_tokens({"extra_special_tokens": extra}, replace_extra_special_tokens=False)
+    return len(extra)
+
+
+def token_table(ids, vocab_size: int) -> torch.Tensor:
+    """Boolean (vocab_size,) table, True at ``ids`` (ids beyond the model's vocabulary are ignored)."""
+    table = torch.zeros(vocab_size, dtype=torch.bool)
+    table[[i for i in ids if 0 <= i < vocab_size]] = True
+    return table
+
+
+def word_start_table(tokenizer, vocab_size: int) -> torch.Tensor:
+    """Boolean per token id: does the token begin a new word (a leading space / ▁ / Ġ)?"""
+    table = torch.zeros(vocab_size, dtype=torch.bool)
+    special = special_token_ids(tokenizer)
+    pieces = tokenizer.convert_ids_to_tokens(list(range(min(len(tokenizer), vocab_size))))
+    for i, piece in enumerate(pieces):
+        if piece and i not in special and piece.startswith(WORD_START_PREFIXES):
+            table[i] = True
+    return table

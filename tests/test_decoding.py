@@ -1,0 +1,153 @@
+"""Decoding never writes garbage: an early end under wait-k is a READ, special tokens and markup are never
+proposed, a phrase cannot loop, and a sentence's target tokens are bounded (issue: quality on real talks).
+
+Each test steers a tiny random model with a forward hook that adds a large bias to chosen logits, so the model
+"wants" exactly the misbehaviour under test; each test fails without its fix.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import SOURCE
+from simulmt.policies import WaitK
+from simulmt.session import DecodeConfig, repeated_ngram_bans
+from simulmt.translator import Translator
+from simulmt.vocabulary import mark_special_tokens, special_token_ids
+from tiny_models import make_model, make_tokenizer
+
+X = len(SOURCE.split())
+
+
+def steered(prefer, arch: str = "llama", extra_tokens: tuple[str, ...] = ()) -> Translator:
+    """A tiny translator whose model adds +100 to the logit of ``prefer(last input id)`` at every position."""
+    tok = make_tokenizer(chat=True)
+    if extra_tokens:
+        tok = tok.__class__.from_pretrained(_saved(tok))  # a private copy: the cached tokenizer stays as it is
+        tok.add_tokens(list(extra_tokens))
+    model = make_model(arch, len(tok))
+
+    def hook(module, args, kwargs, output):
+        ids = kwargs["input_ids"]
+        rows = output.logits.shape[1]
+        for b in range(ids.shape[0]):
+            for r in range(rows):
+                target = prefer(int(ids[b, ids.shape[1] - rows + r]))
+                if target is not None:
+                    output.logits[b, r, target] += 100.0
+        return output
+
+    model.register_forward_hook(hook, with_kwargs=True)
+    return Translator(model, tok, name=f"steered-{arch}")
+
+
+def _saved(tok, _cache={}):
+    import tempfile
+
+    if "dir" not in _cache:
+        _cache["dir"] = tempfile.mkdtemp(prefix="simulmt-tok-")
+        tok.save_pretrained(_cache["dir"])
+    return _cache["dir"]
+
+
+def word_ids(tr: Translator, n: int) -> list[int]:
+    """``n`` distinct tokens that each start a word made of letters."""
+    found = []
+    for i in range(len(tr.tokenizer)):
+        text = tr.tokenizer.decode([i]).strip()
+        if tr.word_starts[i] and text.isalpha() and len(text) > 2 and text not in found:
+            found.append(text)
+            if len(found) == n:
+                return [tr.tokenizer.convert_tokens_to_ids(tr.tokenizer.tokenize(" " + t))[0] for t in found]
+    raise AssertionError("the tiny vocabulary has too few whole-word tokens")
+
+
+def test_an_early_end_under_wait_k_is_a_read_not_a_forced_word():
+    tr = steered(lambda last: None)
+    end = tr.fmt.end_id
+    tr = steered(lambda last: end)  # the model always wants to stop
+    result = tr.translate(SOURCE, "expost", WaitK(3))
+    # it stopped at every step before the source ended: each stop was a READ, then the sentence ended
+    assert result.error is None
+    assert result.prediction == "" and result.delays == []
+
+
+def test_after_an_early_end_the_model_writes_again_once_it_has_read_more():
+    tr0 = steered(lambda last: None)
+    end, (das,) = tr0.fmt.end_id, word_ids(tr0, 1)
+    opener_last = tr0.fmt.target_opener[-1]
+    ends = []
+
+    def prefer(last):  # the first proposal after the opener is an end, every other one a word
+        if last == opener_last and not ends:
+            ends.append(last)
+            return end
+        return das
+
+    tr = steered(prefer)
+    result = tr.translate(SOURCE, "expost", WaitK(1), config=DecodeConfig(no_repeat_ngram=0))
+    assert result.prediction.split()[0] == tr0.tokenizer.decode([das]).strip()
+    assert result.delays[0] >= 2  # the first proposal (at 1 word read) was an end: it read before writing
+    assert result.delays == sorted(result.delays)
+    assert all(d >= min(1 + j, X) for j, d in enumerate(result.delays))  # never earlier than wait-k
+
+
+@pytest.mark.parametrize("token", ["<start_of_image>", "</i>", "[multimodal]"])
+def test_special_and_markup_tokens_are_never_proposed(token):
+    tr0 = steered(lambda last: None, extra_tokens=(token,))
+    special = tr0.tokenizer.convert_tokens_to_ids(token)
+    assert special in special_token_ids(tr0.tokenizer)  # an added, unflagged markup token counts as special
+    tr = steered(lambda last: special, extra_tokens=(token,))
+    session = tr.session("expost", WaitK(3))
+    session.run(SOURCE)
+    written = [t for w in session.written for t in w.tokens]
+    assert written and special not in written
+    assert token not in session.result().prediction
+
+
+def test_the_loader_flags_markup_tokens_as_special_in_the_tokenizer():
+    tok = make_tokenizer(chat=True).__class__.from_pretrained(_saved(make_tokenizer(chat=True)))
+    tok.add_tokens(["<start_of_image>", "<em>"])
+    ids = tok.convert_tokens_to_ids(["<start_of_image>", "<em>"])
+    assert tok.decode(ids, skip_special_tokens=True) != ""  # unflagged: decoded into the text
+    assert mark_special_tokens(tok) == 2
+    assert tok.decode(ids, skip_special_tokens=True) == ""
+    assert set(ids) <= set(tok.all_special_ids)
+
+
+def test_a_phrase_cannot_loop():
+    tr0 = steered(lambda last: None)
+    cycle = word_ids(tr0, 3)
+    phrase = tr0.tokenizer.decode(cycle).strip()
+    nxt = {a: b for a, b in zip(cycle, cycle[1:] + cycle[:1])}
+    prefer = lambda last: nxt.get(last, cycle[0])  # noqa: E731  (a b c a b c ...)
+    looping = steered(prefer).translate(SOURCE, "expost", WaitK(3), config=DecodeConfig(no_repeat_ngram=0))
+    assert looping.prediction.count(phrase) >= 3  # without the guard it loops
+    session = steered(prefer).session("expost", WaitK(3))
+    session.run(SOURCE)
+    tokens = session.target_tokens
+    grams = [tuple(tokens[i:i + 4]) for i in range(len(tokens) - 3)]
+    assert len(grams) == len(set(grams))  # no 4-token sequence twice
+    assert session.result().prediction.count(phrase) <= 2
+
+
+def test_repeated_ngram_bans_golden():
+    assert repeated_ngram_bans([1, 2, 3, 1, 2], 3) == {3}
+    assert repeated_ngram_bans([1, 2, 3, 1, 2], 4) == set()
+    assert repeated_ngram_bans([1, 2, 3, 1, 2, 3], 4) == {1}
+    assert repeated_ngram_bans([5, 5, 5], 2) == {5}
+    assert repeated_ngram_bans([1, 2, 1, 3, 1], 2) == {2, 3}
+    assert repeated_ngram_bans([1, 2], 0) == set()
+
+
+def test_target_tokens_are_bounded_not_only_words():
+    tr0 = steered(lambda last: None)
+    (piece,) = [i for i in range(len(tr0.tokenizer)) if not tr0.word_starts[i] and i not in tr0.fmt.stop_ids
+                and not tr0.special[i]][:1]
+    tr = steered(lambda last: piece)  # never ends a word, never ends the sentence
+    config = DecodeConfig(no_repeat_ngram=0, max_tokens_per_word=1000, max_tokens_a=1.0, max_tokens_b=5)
+    session = tr.session("expost", WaitK(2), config=config)
+    session.run("one two three")
+    source_tokens = session.state.source_tokens
+    assert len(session.target_tokens) == config.max_target_tokens(source_tokens)
+    assert session.done and session.result().error is None
