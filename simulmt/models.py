@@ -35,6 +35,7 @@ import torch
 
 from simulmt.adapters import resolve_adapter
 from simulmt.errors import ModelNotFoundError, SimulmtError
+from simulmt.vocabulary import mark_special_tokens
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -519,6 +520,7 @@ def load_model(
         )
 
     model, tokenizer = loaded
+    mark_special_tokens(tokenizer)  # e.g. <start_of_image>, stored as user-defined in the GGUF, is special
     resolved = resolve_adapter(adapter, name)
     if resolved is not None:
         model = _load_adapter(model, resolved[1], merge_adapter)
