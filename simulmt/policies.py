@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from simulmt.errors import SimulmtError
 
@@ -26,11 +26,13 @@ class StreamState:
     segment_reads: int = 0  # units read since the last written word
     segment_words: int = 0  # words written since the last read
     model_ended_segment: bool = False  # the model proposed an end token before the source finished
+    features: Any = None  # last hidden state of the last token fed (for policies with ``wants_features = True``)
 
 
 class Policy(Protocol):
     name: str
     lets_model_end_segment: bool  # may the model end a segment (propose an end token) before the source ends?
+    # a policy may also set ``wants_features = True``: the engine then gives it the model's last hidden state
 
     def decide(self, state: StreamState) -> Action: ...
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from simulmt.errors import SimulmtError
-from simulmt.visibility import additive, sliding
+from simulmt.visibility import additive, sliding, sliding_rows
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,17 @@ def render_masks(visible: torch.Tensor, query_start: int, attention_types: list[
     return out if len(out) > 1 else out[attention_types[0]]
 
 
+def render_row_masks(visible: torch.Tensor, q_index: torch.Tensor, attention_types: list[str], window: int | None,
+                     dtype: torch.dtype, device=None):
+    """(R, Q, K) boolean for a batch of rows (``q_index``: each query's key index, -1 for padding) -> (R, 1, Q, K)
+    float mask(s), a dict keyed by attention type when the layers differ."""
+    out = {}
+    for kind in attention_types:
+        v = sliding_rows(visible, q_index, window) if kind == "sliding_attention" and window else visible
+        out[kind] = additive(v, dtype).unsqueeze(1).to(device)
+    return out if len(out) > 1 else out[attention_types[0]]
+
+
 class ModelRunner:
     def __init__(self, model):
         self.model = model
@@ -117,6 +128,27 @@ class ModelRunner:
         rows = len(ids) if logits_to_keep == 0 else min(logits_to_keep, len(ids))
         flops = self.compute.flops(len(ids), int(visible.sum()), rows)
         return out.logits[0].float(), flops
+
+
+    @torch.no_grad()
+    def forward_rows(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, q_index: torch.Tensor,
+                     cache, features: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One forward for many streams (the batched engine): ``ids``/``positions`` (R, Q) right-aligned, padding
+        on the left; ``visible`` (R, Q, K); ``cache`` a ``BatchKVCache`` prepared for these rows. Returns the
+        logits of each row's last query (R, vocab) in float32 and, when ``features``, its last hidden state."""
+        last = torch.tensor([ids.shape[1] - 1], device=self.device)  # an index tensor: see ``forward``
+        out = self.model(
+            input_ids=ids.to(self.device),
+            position_ids=positions.to(self.device),
+            attention_mask=render_row_masks(visible, q_index, self.attention_types, self.window, self.dtype,
+                                            self.device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=last,
+            output_hidden_states=features,
+        )
+        hidden = out.hidden_states[-1][:, -1].float() if features else None
+        return out.logits[:, -1].float(), hidden
 
 
 def new_cache():

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from simulmt.examples import TrainingExample, build_examples
@@ -21,6 +21,9 @@ from simulmt.policies import Policy, make_policy
 from simulmt.prompt_format import PromptFormat, build_format, newline_ids, source_units
 from simulmt.runner import ModelRunner
 from simulmt.session import DecodeConfig, StreamingSession, Translation, WrittenWord
+from simulmt.engine import Engine, run_batched
+from simulmt.samplers import Sampler
+from simulmt.stream import Stream, Vocabulary
 from simulmt.vocabulary import special_token_ids, token_table, word_start_table
 
 
@@ -37,6 +40,8 @@ class Translator:
         self.runner = ModelRunner(model)
         self.word_starts = word_start_table(tokenizer, self.runner.compute.vocab)
         self.special = token_table(special_token_ids(tokenizer), self.runner.compute.vocab)
+        stops = token_table(self.fmt.stop_ids, self.runner.compute.vocab)
+        self.vocabulary = Vocabulary(self.word_starts, stops, self.special & ~stops)
 
     @classmethod
     def load(cls, model: str | None = None, adapter: str | None = "auto", *, source_lang: str = "en",
@@ -50,12 +55,36 @@ class Translator:
 
     def session(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = 3, n: int = 3,
                 slot: int = 16, phi: int = 256, config: DecodeConfig | None = None,
-                forced: list[tuple[int, int]] | None = None, record: bool = False) -> StreamingSession:
+                forced: list[tuple[int, int]] | None = None, record: bool = False,
+                sampler: Sampler | None = None) -> StreamingSession:
         layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
         policy = make_policy(policy, k=k, n=n) if isinstance(policy, str) else policy
-        return StreamingSession(self.runner, self.tokenizer, self.fmt, layout, policy, self.word_starts,
+        return StreamingSession(self.runner, self.tokenizer, self.fmt, layout, policy, self.vocabulary,
                                 config or DecodeConfig(), forced=forced, record=record, model_name=self.name,
-                                banned=self.special)
+                                sampler=sampler)
+
+    def new_stream(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = 3,
+                   n: int = 3, slot: int = 16, phi: int = 256, config: DecodeConfig | None = None,
+                   sampler: Sampler | None = None, record: bool = False) -> Stream:
+        """A model-free stream for an ``Engine`` (many streams, one model): push words, let the engine run it."""
+        layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
+        policy = make_policy(policy, k=k, n=n) if isinstance(policy, str) else policy
+        return Stream(self.tokenizer, self.fmt, layout, policy, self.vocabulary, config or DecodeConfig(),
+                      sampler=sampler, record=record, model_name=self.name, max_positions=self.runner.max_positions)
+
+    def translate_many(self, sources: list[str], layout: str | Layout = "expost", policy: str | Policy = "wait-k",
+                       *, batch_size: int = 8, samplers: Callable[[int], Sampler] | None = None,
+                       **kwargs) -> list[Translation]:
+        """Translate many sentences with up to ``batch_size`` streams advanced together (one forward per round
+        for all of them); the results are those of ``translate`` one by one, in input order. ``samplers(i)``
+        gives sentence i its own sampler (default: greedy). A sentence that fails has ``error`` set."""
+        streams = []
+        for i, text in enumerate(sources):
+            stream = self.new_stream(layout, policy, sampler=samplers(i) if samplers else None, **kwargs)
+            stream.push(text.split(), finished=True)
+            streams.append(stream)
+        run_batched(streams, Engine(self.runner), batch_size)
+        return [s.result() for s in streams]
 
     def translate(self, text: str, layout: str | Layout = "expost", policy: str | Policy = "wait-k",
                   **kwargs) -> Translation:

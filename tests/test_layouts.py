@@ -97,12 +97,11 @@ def test_bad_layout_arguments():
 class _Recorder(StreamingSession):
     """Remembers every (token id, word) -> position a target token had when it was fed."""
 
-    def _sync(self):
-        logits = super()._sync()
+    def receive(self, *args, **kwargs):
+        super().receive(*args, **kwargs)
         for t in self.fed:
             if t.role is Role.TARGET:
                 self.seen.setdefault(self.target_index(t), set()).add(t.position)
-        return logits
 
     def target_index(self, tok):
         targets = [t for t in self.state.tokens if t.role is Role.TARGET]
@@ -111,7 +110,7 @@ class _Recorder(StreamingSession):
 
 def _free_run(layout, arch="llama", k=1):
     tr = tiny_translator(arch, chat=True)
-    session = _Recorder(tr.runner, tr.tokenizer, tr.fmt, layout, WaitK(k), tr.word_starts)
+    session = _Recorder(tr.runner, tr.tokenizer, tr.fmt, layout, WaitK(k), tr.vocabulary)
     session.seen = {}
     result = session.run(SOURCE)
     return session, result

@@ -1,0 +1,166 @@
+"""The engine: many streams advanced together, one batched forward per round, same results as one at a time.
+
+    round:  every active stream steps (model-free: policy, layout, sampler) until it needs something
+            -> words written, NEEDS_SOURCE (it waits), DONE / error (it leaves, its cache row is freed at once)
+            -> NEEDS_MODEL: a ForwardRequest (keep the first N cached tokens, feed these placed tokens)
+            all requests of the round are served by ONE forward over the batched cache (``BatchKVCache``):
+            per-row crop (a length), right-aligned new tokens with their own position ids, per-row masks from
+            the same visibility rule, the logits (and last hidden state) of each row's last token.
+
+Streams join (``add``) and leave (``remove``, or by finishing) between rounds. A stream's clock (its words'
+``elapsed``) starts when it joins, so in a batched run elapsed is the wall time the stream spent in the engine,
+sharing each forward with the other rows (not the time it waited in a queue before joining). A stream's decoding never depends
+on the other rows: its positions, mask and cache row are its own, so its predictions, delays and logits equal
+those of the stream run alone (tests/test_engine.py, float32, logits within 1e-5).
+
+The model side is one call, ``ModelRunner.forward_rows(ids, positions, visible, q_index, cache, features)``
+over plain tensors, so another runtime (llama.cpp's batch API has explicit positions, sequence ids and
+position-range removal) can serve the same streams later.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from simulmt.batch_cache import BatchKVCache
+from simulmt.errors import SimulmtError
+from simulmt.runner import ModelRunner
+from simulmt.stream import ForwardRequest, Status, Stream, WrittenWord
+from simulmt.visibility import visible_rows
+
+
+@dataclass
+class Event:
+    """What happened to one stream in a round."""
+
+    stream: Stream
+    words: list[WrittenWord]
+    status: Status
+    error: SimulmtError | None = None
+
+
+@dataclass
+class EngineStats:
+    forwards: int = 0
+    rows: int = 0  # stream rows served, summed over forwards
+    tokens: int = 0  # real tokens fed
+    padded: int = 0  # query slots fed, padding included (rows x widest row, per forward)
+    peak_cache_bytes: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(self, runner: ModelRunner):
+        self.runner = runner
+        self.cache = BatchKVCache()
+        self.streams: list[Stream] = []  # stream i owns row i of the cache
+        self.stats = EngineStats()
+
+    # ---- membership ------------------------------------------------------------------------------------------
+    def add(self, stream: Stream) -> None:
+        if any(s is stream for s in self.streams):
+            raise SimulmtError("this stream is already in the engine")
+        if stream.fed:
+            raise SimulmtError("a stream that was served by another engine cannot join this one")
+        if stream.t0 is not None:  # the clock of a stream that waited in a queue starts when it joins
+            stream.t0 = time.perf_counter()
+        self.streams.append(stream)
+        self.cache.add_row()
+
+    def remove(self, stream: Stream) -> None:
+        """The stream leaves; its cache row is freed at once."""
+        row = self._row(stream)
+        del self.streams[row]
+        self.cache.remove_row(row)
+
+    def _row(self, stream: Stream) -> int:
+        for i, s in enumerate(self.streams):
+            if s is stream:
+                return i
+        raise SimulmtError("this stream is not in the engine")
+
+    # ---- rounds ----------------------------------------------------------------------------------------------
+    def step(self) -> list[Event]:
+        """One round: step every stream, serve every model request in one forward. Finished and failed streams
+        leave the engine."""
+        events, requests = [], []
+        for stream in list(self.streams):
+            try:
+                step = stream.step()
+            except SimulmtError as exc:
+                events.append(Event(stream, [], Status.DONE, exc))
+                self.remove(stream)
+                continue
+            events.append(Event(stream, step.words, step.status))
+            if step.status is Status.NEEDS_MODEL:
+                requests.append((stream, step.request))
+            elif step.status is Status.DONE:
+                self.remove(stream)
+        if requests:
+            self.serve(requests)
+        return events
+
+    def run(self) -> list[Event]:
+        """Rounds until no stream needs the model (every stream waits for source or has left)."""
+        events: list[Event] = []
+        while True:
+            round_events = self.step()
+            events += round_events
+            if not any(e.status is Status.NEEDS_MODEL for e in round_events):
+                return events
+
+    # ---- one batched forward ---------------------------------------------------------------------------------
+    def serve(self, requests: list[tuple[Stream, ForwardRequest]]) -> None:
+        requests = sorted(requests, key=lambda sr: self._row(sr[0]))
+        rows = [self._row(s) for s, _ in requests]
+        counts = [len(r.tokens) for _, r in requests]
+        width = max(counts)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        positions = torch.zeros(len(rows), width, dtype=torch.long)
+        q_target = torch.zeros(len(rows), width, dtype=torch.bool)
+        for i, ((stream, request), n) in enumerate(zip(requests, counts)):
+            self.cache.crop(rows[i], request.keep)
+            ids[i, width - n:] = torch.tensor([t.token_id for t in request.tokens])
+            positions[i, width - n:] = torch.tensor([t.position for t in request.tokens])
+            q_target[i, width - n:] = torch.tensor([t.role.target_side for t in request.tokens])
+        q_index = self.cache.prepare(rows, counts, q_target)
+        sees = torch.tensor([s.layout.visibility.source_sees_target for s, _ in requests])
+        visible = visible_rows(q_index, q_target, self.cache.key_sides(), sees)
+        features = any(s.wants_features for s, _ in requests)
+        logits, hidden = self.runner.forward_rows(ids, positions, visible, q_index, self.cache, features)
+        pairs = (visible & (q_index >= 0)[:, :, None]).sum(dim=(1, 2)).tolist()
+        for i, ((stream, _), n) in enumerate(zip(requests, counts)):
+            flops = self.runner.compute.flops(n, int(pairs[i]), 1)
+            stream.receive(logits[i], flops, hidden[i] if hidden is not None else None)
+        s = self.stats
+        s.forwards += 1
+        s.rows += len(rows)
+        s.tokens += sum(counts)
+        s.padded += len(rows) * width
+        s.batch_sizes.append(len(rows))
+        s.peak_cache_bytes = max(s.peak_cache_bytes, self.cache.memory_bytes())
+
+
+def run_batched(streams: list[Stream], engine: Engine, batch_size: int) -> list[Stream]:
+    """Run complete (already pushed) streams to the end, at most ``batch_size`` at a time, in order of arrival;
+    returns them (each has its ``result()``; a failed one has ``error`` set)."""
+    if batch_size < 1:
+        raise SimulmtError(f"batch size must be at least 1, got {batch_size}")
+    waiting = list(streams)
+    waiting.reverse()
+    while waiting or engine.streams:
+        while waiting and len(engine.streams) < batch_size:
+            stream = waiting.pop()
+            if stream.done:  # an empty line: nothing to run
+                continue
+            engine.add(stream)
+        events = engine.step()
+        for event in events:
+            if event.error is not None:
+                event.stream.error = event.error
+        if events and all(e.status is Status.NEEDS_SOURCE for e in events) and not waiting:
+            raise SimulmtError("run_batched needs streams whose source is complete (push(..., finished=True))")
+    return streams

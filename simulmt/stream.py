@@ -1,0 +1,392 @@
+"""A stream: one sentence translated while its source arrives. Model-free: it says what it needs, the engine acts.
+
+The stream owns the layout state, the policy, the sampler and the decoding state, but no model and no cache. Its
+``step()`` runs the decoding loop until it needs something from outside and says what:
+
+* ``NEEDS_MODEL`` with a ``ForwardRequest``: "keep the first ``keep`` of my cached tokens, feed these placed
+  tokens after them, and give me the logits (and the hidden state) of the last one" -> ``receive(logits, hidden)``;
+* ``NEEDS_SOURCE``: the policy wants to read and no source word is waiting -> ``push(words)``;
+* ``DONE``: the sentence is finished -> ``result()``.
+
+The loop (the policy decides, the layout places, the sampler chooses)::
+
+    at a word boundary: policy(state) -> READ  -> layout.read(next unit)          (or wait for more source)
+                                      -> WRITE -> layout.open_target; ask for the logits; propose a token
+    proposal starts a new word -> the current word is complete: commit it, ask the policy again;
+    (or is an end token)          on READ the proposal is dropped and made again after the read
+    end token at a boundary    -> end of the sentence (source finished), or a READ (the model has said all
+                                  it can from what it read; wait-k and read-n let it)
+    otherwise                  -> layout.write(token): the token joins the current word
+
+What to feed is generic: the stream compares the layout's placed list with the list its cache row holds and asks
+to keep their common prefix and feed the rest. For ``expost`` this is the one-token rollback at word boundaries;
+for ``prefix`` the recompute of the new source and the whole target prefix. The stream keeps honest counts:
+tokens fed, FLOPs, forward calls, cache crops, re-fed tokens.
+
+Decoding never writes garbage (each rule has a test in tests/test_decoding.py): special and markup tokens are
+never proposed; an end proposed before the source is finished is a READ under policies that allow it; a
+proposal that would repeat a 4-token sequence of the sentence is an end proposal; the target tokens of a sentence
+are bounded by ``DecodeConfig.max_target_tokens`` of the source tokens read, and its words by ``max_len_a/b``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from enum import Enum
+
+import torch
+
+from simulmt.errors import SimulmtError
+from simulmt.layouts.base import Layout
+from simulmt.placed import PlacedToken, common_prefix_length
+from simulmt.policies import Action, Policy, StreamState
+from simulmt.prompt_format import PromptFormat, source_units
+from simulmt.runner import ContextOverflowError
+from simulmt.samplers import Forced, Greedy, Sampler
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Bounds of greedy decoding. Every bound reached acts as an end token proposed by the model: the end of the
+    sentence once the source is finished, a READ before (under a policy that lets the model end segments)."""
+
+    max_len_a: float = 2.0  # after the source ends: at most a * |X| + b target words
+    max_len_b: int = 10
+    max_tokens_per_word: int = 24  # a word that never ends is cut here
+    max_tokens_a: float = 2.0  # at any time: at most a * (source tokens read) + b target tokens
+    max_tokens_b: int = 16
+    no_repeat_ngram: int = 4  # a token that would repeat an n-token sequence of the sentence ends instead (0: off)
+
+    def __post_init__(self):
+        if (self.max_len_a < 0 or self.max_len_b < 1 or self.max_tokens_per_word < 1 or self.max_tokens_a < 0
+                or self.max_tokens_b < 1 or self.no_repeat_ngram < 0 or self.no_repeat_ngram == 1):
+            raise SimulmtError(f"invalid decoding bounds: {self}")
+
+    def max_target_tokens(self, source_tokens_read: int) -> int:
+        return int(self.max_tokens_a * source_tokens_read) + self.max_tokens_b
+
+
+def repeated_ngram_bans(tokens: list[int], n: int) -> set[int]:
+    """Tokens that would complete an n-gram already in ``tokens`` (Hugging Face's ``no_repeat_ngram_size``)."""
+    if n < 2 or len(tokens) < n:
+        return set()
+    tail = tokens[len(tokens) - n + 1:]
+    return {tokens[i + n - 1] for i in range(len(tokens) - n + 1) if tokens[i:i + n - 1] == tail}
+
+
+@dataclass(frozen=True)
+class WrittenWord:
+    index: int  # 0-based target word index
+    text: str
+    tokens: tuple[int, ...]
+    delay: int  # source units read when the word was written
+    elapsed_ms: float  # wall time since the session started
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A recorded proposal (for parity tests): the placed tokens in the cache, the logits of the last one."""
+
+    context: tuple[PlacedToken, ...]
+    logits: torch.Tensor
+    token: int
+
+
+@dataclass
+class Translation:
+    source: str
+    prediction: str
+    delays: list[int]
+    elapsed: list[float]  # ms since the start, per target word
+    tokens_fed: int
+    flops: float
+    layout: str
+    policy: str
+    slot: int | None
+    model: str = ""
+    source_length: int = 0
+    forward_calls: int = 0
+    cache_crops: int = 0
+    refed_tokens: int = 0
+    wall_ms: float = 0.0
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Per-token tables of the model's vocabulary, built once per model (``simulmt.vocabulary``)."""
+
+    word_starts: torch.Tensor  # (vocab,) bool: the token begins a new word
+    stops: torch.Tensor  # (vocab,) bool: the token ends a segment or the sentence
+    banned: torch.Tensor  # (vocab,) bool: never proposed (special tokens that are not stops)
+
+
+class Status(str, Enum):
+    NEEDS_MODEL = "needs_model"
+    NEEDS_SOURCE = "needs_source"
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class ForwardRequest:
+    """Keep the first ``keep`` cached tokens of the stream, feed ``tokens`` after them, return the logits of the
+    last one."""
+
+    keep: int
+    tokens: tuple[PlacedToken, ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    words: list[WrittenWord]  # written since the last step
+    status: Status
+    request: ForwardRequest | None = None
+
+
+class Stream:
+    def __init__(self, tokenizer, fmt: PromptFormat, layout: Layout, policy: Policy, vocabulary: Vocabulary,
+                 config: DecodeConfig = DecodeConfig(), *, sampler: Sampler | None = None,
+                 forced: list[tuple[int, int]] | None = None, record: bool = False, model_name: str = "",
+                 max_positions: int | None = None):
+        self.tokenizer, self.fmt = tokenizer, fmt
+        self.layout, self.policy, self.config = layout, policy, config
+        self.vocabulary = vocabulary
+        self.forced = forced  # teacher forcing: (token id, target word index) per target token, then the end
+        self.sampler: Sampler = Forced([t for t, _ in forced]) if forced is not None else (sampler or Greedy())
+        self.record = record
+        self.model_name = model_name
+        self.max_positions = max_positions
+        self.wants_features = bool(getattr(policy, "wants_features", False))
+        self.state = layout.start(fmt)
+        self.fed: list[PlacedToken] = []  # what the stream's cache row holds, in order
+        self.last_logits: torch.Tensor | None = None
+        self.features: torch.Tensor | None = None  # last hidden state of the last token fed
+        self.pending: ForwardRequest | None = None
+        self.source_words: list[str] = []
+        self.units: list[tuple[int, ...]] = []
+        self.stream_finished = False
+        self.written: list[WrittenWord] = []
+        self.current: list[int] = []  # tokens of the word being written
+        self.current_delay = 0
+        self.held: int | None = None  # a proposal not yet acted on
+        self._held_logprob = 0.0
+        self.accepted = 0  # target tokens accepted (index into ``forced``)
+        self.target_tokens: list[int] = []  # every target token accepted, in order
+        self.target_logprobs: list[float] = []  # the sampler's log-probability of each
+        self.segment_reads = self.segment_words = 0
+        self.model_ended_segment = False
+        self.done = False
+        self.error: SimulmtError | None = None  # set by an engine when the stream failed
+        self.tokens_fed = self.forward_calls = self.cache_crops = self.refed_tokens = 0
+        self.flops = 0.0
+        self.proposals: list[Proposal] = []
+        self.t0: float | None = None
+
+    # ---- the source side -------------------------------------------------------------------------------------
+    def push(self, words: list[str], finished: bool = False) -> None:
+        """More source words arrived (``finished``: none will follow)."""
+        if self.stream_finished:
+            raise SimulmtError("the source of this stream has already finished")
+        if self.t0 is None:
+            self.t0 = time.perf_counter()
+        self.units += source_units(self.tokenizer, self.fmt, words, first_index=len(self.source_words))
+        self.source_words += words
+        self.stream_finished = finished
+        if finished and not self.source_words:  # an empty line: an empty translation, no model call
+            self.done = True
+
+    @property
+    def source_finished(self) -> bool:
+        return self.stream_finished and self.state.units_read == len(self.units)
+
+    def stream_state(self) -> StreamState:
+        return StreamState(self.state.units_read, self.source_finished, len(self.written), self.segment_reads,
+                           self.segment_words, self.model_ended_segment, self.features)
+
+    # ---- the loop --------------------------------------------------------------------------------------------
+    def step(self) -> Step:
+        """Act until the model or more source is needed, or the sentence is done."""
+        words: list[WrittenWord] = []
+        status = self._run(words)
+        return Step(words, status, self.pending if status is Status.NEEDS_MODEL else None)
+
+    def _run(self, words: list[WrittenWord]) -> Status:
+        while not self.done:
+            if not self.current:  # a word boundary: the policy decides
+                if self.policy.decide(self.stream_state()) is Action.READ:
+                    if self.state.units_read < len(self.units):
+                        self._read()
+                        continue
+                    if not self.stream_finished:
+                        return Status.NEEDS_SOURCE
+                    raise SimulmtError(f"policy {self.policy.describe()} asked to read past the end of the source")
+            if self.held is None:
+                if self._at_token_bound():  # as if the model proposed the end
+                    self.held = self.fmt.end_id
+                else:
+                    self.layout.open_target(self.state)
+                    logits = self._logits()
+                    if logits is None:
+                        return Status.NEEDS_MODEL
+                    self.held = self._propose(logits)
+            token = self.held
+            if self.current and (self._is_end(token) or self._starts_word(token)):
+                self._commit(words)  # the word is complete; the policy decides before the proposal is used
+                continue
+            if self._is_end(token):
+                if self.source_finished:
+                    self.done = True
+                elif self.policy.lets_model_end_segment:
+                    self.model_ended_segment, self.held = True, None  # the policy will read
+                else:
+                    raise SimulmtError(f"an end token was forced before the source finished, under "
+                                       f"{self.policy.describe()} which does not let the model end segments")
+                continue
+            self._accept(token)
+            if len(self.current) >= self.config.max_tokens_per_word:
+                self._commit(words)
+            if self.source_finished and len(self.written) + bool(self.current) >= self._max_words():
+                self._commit(words)
+                self.done = True
+        return Status.DONE
+
+    # ---- the model side --------------------------------------------------------------------------------------
+    def _logits(self) -> torch.Tensor | None:
+        """The logits of the layout's last placed token if the cache row holds the whole list; otherwise post a
+        ``ForwardRequest`` (keep the common prefix, feed the rest) and return None."""
+        target = self.state.tokens
+        keep = common_prefix_length(self.fed, target)
+        if keep == len(target) == len(self.fed) and self.last_logits is not None:
+            return self.last_logits
+        keep = min(keep, len(target) - 1)  # at least the last token is fed: its logits are needed
+        new = tuple(target[keep:])
+        if self.max_positions is not None and max(t.position for t in new) >= self.max_positions:
+            raise ContextOverflowError(
+                f"the stream needs position id {max(t.position for t in new)}, beyond the model's context of "
+                f"{self.max_positions} positions; split the input into shorter lines (or use a smaller slot / phi)")
+        self.pending = ForwardRequest(keep, new)
+        return None
+
+    def receive(self, logits: torch.Tensor, flops: float, features: torch.Tensor | None = None) -> None:
+        """The engine served the pending request: the cache row now holds the layout's list."""
+        request, self.pending = self.pending, None
+        if request is None:
+            raise SimulmtError("receive() without a pending forward request")
+        if request.keep < len(self.fed):
+            dropped = set(self.fed[request.keep:])
+            self.cache_crops += 1
+            self.refed_tokens += sum(t in dropped for t in request.tokens)
+        self.fed = self.fed[: request.keep] + list(request.tokens)
+        self.last_logits, self.features = logits, features
+        self.tokens_fed += len(request.tokens)
+        self.forward_calls += 1
+        self.flops += flops
+
+    def visible(self, request: ForwardRequest) -> torch.Tensor:
+        """The (Q, keep + Q) visibility of a request's queries over the stream's own keys."""
+        return self.layout.visibility.matrix(self.fed[: request.keep] + list(request.tokens), request.keep)
+
+    # ---- steps -----------------------------------------------------------------------------------------------
+    def _read(self) -> None:
+        self.layout.read(self.state, self.units[self.state.units_read])
+        self.held = None
+        self.segment_reads += 1
+        self.segment_words = 0
+        self.model_ended_segment = False
+
+    def _accept(self, token: int) -> None:
+        if not self.current:
+            self.current_delay = self.state.units_read
+            self.segment_reads = 0
+        self.layout.write(self.state, token, len(self.written))
+        self.current.append(token)
+        self.target_tokens.append(token)
+        self.target_logprobs.append(self._held_logprob)
+        self.accepted += 1
+        self.held = None
+
+    def _commit(self, words: list[WrittenWord]) -> None:
+        if not self.current:
+            return
+        text = self.tokenizer.decode(self.current, skip_special_tokens=True).strip()
+        tokens, self.current = tuple(self.current), []
+        if not text:  # e.g. a lone space token: it stays in the target text but is not a word of its own
+            return
+        elapsed = (time.perf_counter() - self.t0) * 1000.0
+        word = WrittenWord(len(self.written), text, tokens, self.current_delay, elapsed)
+        self.written.append(word)
+        self.segment_words += 1
+        words.append(word)
+
+    def _at_token_bound(self) -> bool:
+        if self.forced is not None:
+            return False
+        return len(self.target_tokens) >= self.config.max_target_tokens(self.state.source_tokens)
+
+    def _max_words(self) -> int:
+        return int(self.config.max_len_a * len(self.units)) + self.config.max_len_b
+
+    def _is_end(self, token: int) -> bool:
+        stops = self.vocabulary.stops
+        return token < len(stops) and bool(stops[token])
+
+    def _starts_word(self, token: int) -> bool:
+        if self.forced is not None:  # teacher forcing: the word index says where words start
+            return self.forced[self.accepted][1] != len(self.written)
+        starts = self.vocabulary.word_starts
+        return token < len(starts) and bool(starts[token])
+
+    def _propose(self, logits: torch.Tensor) -> int:
+        if self.forced is not None:
+            if self.accepted >= len(self.forced):
+                raise SimulmtError("teacher forcing ran past the forced target")
+            token, self._held_logprob = self.sampler.choose(logits, self.accepted)
+        else:
+            token, self._held_logprob = self.sampler.choose(self._allowed(logits), self.accepted)
+            if token in repeated_ngram_bans(self.target_tokens, self.config.no_repeat_ngram):
+                # the model wants to repeat itself: it has nothing new to say, which is an end proposal
+                # (a READ before the source is finished); where the policy forbids that, its next best token
+                if self.source_finished or self.policy.lets_model_end_segment:
+                    token = self.fmt.end_id
+                else:
+                    scores = self._allowed(logits)
+                    scores[list(repeated_ngram_bans(self.target_tokens, self.config.no_repeat_ngram))] = -torch.inf
+                    token, self._held_logprob = self.sampler.choose(scores, self.accepted)
+        if self.record:
+            self.proposals.append(Proposal(tuple(self.fed), logits, token))
+        return token
+
+    def _allowed(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits with what may not be proposed now set to -inf."""
+        v = self.vocabulary
+        scores = logits.clone()
+        n = min(len(scores), len(v.word_starts))
+        scores[:n][v.banned[:n]] = float("-inf")
+        if not self.source_finished and not self.policy.lets_model_end_segment:
+            scores[:n][v.stops[:n]] = float("-inf")
+        if not self.current and self.written and self.layout.continues_text(self.state):
+            # the previous word is complete: the next token must start a new word (or end)
+            scores[:n][~(v.word_starts[:n] | v.stops[:n])] = float("-inf")
+            scores[n:] = float("-inf")
+        return scores
+
+    # ---- the result ------------------------------------------------------------------------------------------
+    def result(self) -> Translation:
+        words, delays, elapsed = [], [], []
+        for w in self.written:
+            for piece in w.text.split():  # a token group may decode to several words (or none)
+                words.append(piece)
+                delays.append(w.delay)
+                elapsed.append(round(w.elapsed_ms, 3))
+        wall = (time.perf_counter() - self.t0) * 1000.0 if self.t0 is not None else 0.0
+        return Translation(
+            source=" ".join(self.source_words), prediction=" ".join(words), delays=delays, elapsed=elapsed,
+            tokens_fed=self.tokens_fed, flops=self.flops, layout=self.layout.describe(),
+            policy=self.policy.describe(), slot=getattr(self.layout, "slot", None), model=self.model_name,
+            source_length=len(self.source_words), forward_calls=self.forward_calls, cache_crops=self.cache_crops,
+            refed_tokens=self.refed_tokens, wall_ms=round(wall, 3),
+            error=str(self.error) if self.error is not None else None)

@@ -1,0 +1,206 @@
+"""Batched == one stream: the engine advances many streams in one forward per round, with the results of each
+stream run alone (predictions, delays, compute counts identical; logits of every proposal within 1e-5 of
+the logit scale), on every
+architecture of the parity suite, with layouts, policies and lengths mixed in one batch and streams joining and
+leaving mid-run.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import tiny_translator
+from simulmt.batch_cache import BatchKVCache
+from simulmt.engine import Engine, run_batched
+from simulmt.errors import SimulmtError
+from simulmt.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute
+from simulmt.policies import Offline, ReadN, WaitK
+from simulmt.samplers import Greedy, Sampling
+from simulmt.stream import Status
+from tiny_models import ARCHS, CORPUS
+
+TOLERANCE = 1e-5  # float32, relative to the largest logit (|logits| reach ~5 on the tiny models)
+SOURCES = [line for line in CORPUS if line.split()][:12]
+MIX = [  # (layout, policy): every layout, every policy, slots that overflow
+    (Expost(slot=4), WaitK(1)),
+    (Expost(slot=16), WaitK(3)),
+    (PrefixRecompute(), WaitK(2)),
+    (GroupPositions(phi=300), WaitK(2)),
+    (Conversation(), ReadN(2, max_segment_words=2)),
+    (Expost(slot=4), ReadN(3, max_segment_words=3)),
+    (NaiveReuse(), WaitK(3)),
+    (Expost(slot=8), Offline()),
+]
+
+
+def jobs():
+    return [(SOURCES[i % len(SOURCES)] + (" " + SOURCES[(i + 5) % len(SOURCES)] if i % 3 == 0 else ""), *MIX[i % 8])
+            for i in range(10)]
+
+
+def alone(tr, text, layout, policy, sampler=None):
+    session = tr.session(layout, policy, record=True, sampler=sampler)
+    session.run(text)
+    return session
+
+
+def assert_same(single, batched):
+    a, b = single.result(), batched.result()
+    assert b.prediction == a.prediction
+    assert b.delays == a.delays
+    assert (b.tokens_fed, b.forward_calls, b.cache_crops, b.refed_tokens) == (a.tokens_fed, a.forward_calls,
+                                                                               a.cache_crops, a.refed_tokens)
+    assert b.flops == pytest.approx(a.flops)
+    assert b.error == a.error
+    assert len(single.proposals) == len(batched.proposals)
+    for p, q in zip(single.proposals, batched.proposals):
+        assert p.context == q.context and p.token == q.token
+        scale = max(1.0, float(p.logits.abs().max()))
+        assert float((p.logits - q.logits).abs().max()) <= TOLERANCE * scale
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_batched_equals_one_stream_with_everything_mixed(arch):
+    tr = tiny_translator(arch)
+    work = jobs()
+    singles = [alone(tr, *job) for job in work]
+    streams = []
+    for text, layout, policy in work:
+        stream = tr.new_stream(layout, policy, record=True)
+        stream.push(text.split(), finished=True)
+        streams.append(stream)
+    engine = Engine(tr.runner)
+    run_batched(streams, engine, batch_size=4)  # 10 streams through 4 rows: they join and leave mid-run
+    assert not engine.streams and engine.cache.rows == 0
+    assert max(engine.stats.batch_sizes) == 4 and min(engine.stats.batch_sizes) < 4
+    for single, stream in zip(singles, streams):
+        assert_same(single, stream)
+
+
+def test_translate_many_equals_translate_in_input_order():
+    tr = tiny_translator("qwen2")
+    texts = SOURCES[:7] + [""]  # an empty line too
+    one = [tr.translate(t, "expost", "wait-k", k=2) for t in texts]
+    many = tr.translate_many(texts, "expost", "wait-k", k=2, batch_size=3)
+    assert [m.prediction for m in many] == [o.prediction for o in one]
+    assert [m.delays for m in many] == [o.delays for o in one]
+    assert many[-1].prediction == "" and many[-1].tokens_fed == 0
+
+
+def test_live_streams_push_words_and_join_mid_run():
+    """Streams fed word by word, joining while others are half way, equal whole-sentence sessions."""
+    tr = tiny_translator("gemma3")  # sliding-window layers: per-layer-type masks over rows of different lengths
+    texts = SOURCES[:3]
+    policies = [WaitK(2), WaitK(1), ReadN(2, max_segment_words=2)]
+    singles = [alone(tr, t, Expost(slot=4), p) for t, p in zip(texts, policies)]
+    engine = Engine(tr.runner)
+    streams = [tr.new_stream(Expost(slot=4), p, record=True) for p in policies]
+    words = [t.split() for t in texts]
+    written = [[] for _ in texts]
+    for tick in range(max(len(w) for w in words) + 3):
+        for i, stream in enumerate(streams):
+            start = i * 2  # stream i joins at tick 2i
+            if tick == start:
+                engine.add(stream)
+            if start <= tick and not stream.stream_finished:
+                j = tick - start
+                stream.push(words[i][j:j + 1], finished=j + 1 >= len(words[i]))
+        for event in engine.run():
+            assert event.error is None
+            written[streams.index(event.stream)] += event.words
+    assert not engine.streams
+    for single, stream, ws in zip(singles, streams, written):
+        assert_same(single, stream)
+        assert [w.text for w in ws] == [w.text for w in single.written]
+
+
+def test_seeded_sampling_is_the_same_alone_and_batched():
+    tr = tiny_translator("llama")
+    texts = SOURCES[:5]
+    singles = [alone(tr, t, Expost(), WaitK(2), Sampling(temperature=1.0, top_p=0.9, seed=i))
+               for i, t in enumerate(texts)]
+    many = tr.translate_many(texts, Expost(), WaitK(2), batch_size=5,
+                             samplers=lambda i: Sampling(temperature=1.0, top_p=0.9, seed=i))
+    assert [m.prediction for m in many] == [s.result().prediction for s in singles]
+    greedy = tr.translate_many(texts, Expost(), WaitK(2), batch_size=5)
+    assert [g.prediction for g in greedy] != [m.prediction for m in many]  # it did sample
+
+
+def test_samplers_report_log_probabilities():
+    scores = torch.tensor([0.0, 1.0, 2.0, float("-inf")])
+    token, logprob = Greedy().choose(scores, 0)
+    assert token == 2 and logprob == pytest.approx(float(torch.log_softmax(scores, -1)[2]))
+    sampler = Sampling(temperature=0.5, top_p=0.5, seed=3)
+    draws = {sampler.choose(scores, i)[0] for i in range(20)}
+    assert draws == {2}  # top-p 0.5 keeps only the most likely token here (p = 0.87 at t = 0.5)
+    with pytest.raises(SimulmtError):
+        Sampling(temperature=0)
+    session = tiny_translator("llama").session("expost", WaitK(2))
+    session.run(SOURCES[0])
+    assert len(session.target_logprobs) == len(session.target_tokens) > 0
+    assert all(lp <= 0 for lp in session.target_logprobs)
+
+
+class FeaturePolicy(WaitK):
+    """wait-k that records the hidden state it is shown (a learned READ/WRITE head would read it)."""
+
+    wants_features = True
+    seen: list = []
+
+    def decide(self, state):
+        if state.features is not None:
+            FeaturePolicy.seen.append(state.features)
+        return super().decide(state)
+
+
+def test_policies_may_read_the_models_last_hidden_state():
+    tr = tiny_translator("llama")
+    FeaturePolicy.seen = []
+    result = tr.translate(SOURCES[0], "expost", FeaturePolicy(2))
+    assert result.prediction and FeaturePolicy.seen
+    hidden = tr.model.config.hidden_size
+    assert all(f.shape == (hidden,) for f in FeaturePolicy.seen)
+
+
+def test_a_failing_stream_leaves_the_others_untouched():
+    tr = tiny_translator("llama")  # 512 positions
+    texts = [SOURCES[0], " ".join(["garden"] * 400), SOURCES[1]]
+    many = tr.translate_many(texts, "expost", "wait-k", k=2, batch_size=3)
+    assert many[1].error and "context of 512" in many[1].error
+    assert [many[0].prediction, many[2].prediction] == [tr.translate(t, "expost", "wait-k", k=2).prediction
+                                                        for t in (texts[0], texts[2])]
+
+
+def test_a_finished_streams_cache_is_freed_at_once():
+    tr = tiny_translator("llama")
+    engine = Engine(tr.runner)
+    streams = [tr.new_stream("expost", "wait-k", k=2) for _ in range(3)]
+    for stream, text in zip(streams, SOURCES[:3]):
+        stream.push(text.split())  # not finished: they stay and wait for source
+        engine.add(stream)
+    engine.run()
+    full = engine.cache.memory_bytes()
+    assert engine.cache.rows == 3 and full > 0
+    engine.remove(streams[1])
+    assert engine.cache.rows == 2 and engine.cache.memory_bytes() < full
+    streams[0].push([], finished=True)
+    events = engine.run()
+    assert any(e.stream is streams[0] and e.status is Status.DONE for e in events)
+    assert engine.cache.rows == 1 and engine.streams == [streams[2]]
+
+
+def test_cache_rows_keep_their_own_lengths():
+    cache = BatchKVCache(capacity=4)
+    for _ in range(3):
+        cache.add_row()
+    q = cache.prepare([0, 2], [3, 1], torch.tensor([[True, False, True], [False, False, True]]))
+    assert q.tolist() == [[0, 1, 2], [-1, -1, 0]]  # right-aligned, padding on the left
+    assert cache.lengths == [3, 0, 1]
+    keys = torch.arange(2 * 1 * 3 * 2, dtype=torch.float).reshape(2, 1, 3, 2)
+    k, v = cache.update(keys, keys, 0)
+    assert k.shape == (2, 1, 3, 2) and torch.equal(k[0], keys[0]) and torch.equal(k[1, :, 0], keys[1, :, 2])
+    cache.crop(0, 1)
+    assert cache.lengths == [1, 0, 1]
+    with pytest.raises(ValueError):
+        cache.crop(1, 2)
