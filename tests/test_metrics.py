@@ -13,6 +13,7 @@ import types
 
 import pytest
 
+from conftest import without_simuleval
 from simulmt.errors import SimulmtError
 from simulmt.metrics import (
     LATENCY_METRICS,
@@ -253,9 +254,9 @@ def simuleval():
     try:
         from simuleval.evaluator import instance
         from simuleval.evaluator.scorers import latency_scorer
-    except Exception as exc:  # not installed (it must not go into the main environment: it breaks pytest)
-        pytest.skip(f"simuleval is not importable ({type(exc).__name__}: {exc}); "
-                    "install simuleval==1.1.4 in a separate venv to run the cross-check")
+    except Exception as exc:  # not installed (setup.sh puts it in .simuleval/, apart from the venv it would break)
+        without_simuleval(f"simuleval is not importable ({type(exc).__name__}: {exc}); run setup.sh, which installs "
+                          "SimulEval 1.1.4 into .simuleval/")
     return types.SimpleNamespace(instance=instance, scorers=latency_scorer.LATENCY_SCORERS_DICT)
 
 

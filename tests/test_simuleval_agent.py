@@ -1,10 +1,8 @@
 """The SimulEval agent, driven by SimulEval 1.1.4's own evaluator, states objects and command line (tiny model).
 
-SimulEval is not a dependency of simulmt (it pins old tools); these tests skip without it. To run them, use a
-separate virtual environment that has it, e.g.::
-
-    python -m venv --system-site-packages /tmp/sev && /tmp/sev/bin/pip install simuleval==1.1.4
-    PYTHONPATH=. /tmp/sev/bin/python -m pytest -p no:flake8 tests/test_simuleval_agent.py
+SimulEval is not a dependency of simulmt (it pins old tools): ``setup.sh`` installs it into ``.simuleval/`` with
+``--no-deps``, and ``conftest.py`` puts that folder on ``sys.path``, so these tests run in CI. They skip (with the
+reason printed, ``-rs``) only where SimulEval is absent, e.g. a checkout that did not run ``setup.sh``.
 """
 
 from __future__ import annotations
@@ -20,13 +18,19 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SIMULEVAL_DIR, without_simuleval
 from helpers import tiny_translator
 from simulmt.errors import SimulmtError
 from simulmt.policies import wait_k_delays
 
 HAVE_SIMULEVAL = importlib.util.find_spec("simuleval") is not None
-needs_simuleval = pytest.mark.skipif(not HAVE_SIMULEVAL, reason="SimulEval is not installed (pip install "
-                                     "simuleval==1.1.4 in a separate venv; see this file's docstring)")
+needs_simuleval = pytest.mark.usefixtures("simuleval_installed")
+
+
+@pytest.fixture
+def simuleval_installed():
+    if not HAVE_SIMULEVAL:
+        without_simuleval("SimulEval is not importable: run setup.sh, which installs SimulEval 1.1.4 into .simuleval/")
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ["The weather is nice today .", "Where is the train station ?",
            "My brother works in a hospital in Berlin and my sister in Hamburg ."]
@@ -34,8 +38,13 @@ REFERENCES = ["Das Wetter ist heute schön .", "Wo ist der Bahnhof ?",
               "Mein Bruder arbeitet in einem Krankenhaus in Berlin und meine Schwester in Hamburg ."]
 
 
-@pytest.mark.skipif(HAVE_SIMULEVAL, reason="checks the message shown when SimulEval is missing")
-def test_without_simuleval_the_import_says_what_to_install():
+def test_without_simuleval_the_import_says_what_to_install(monkeypatch):
+    """Runs with or without SimulEval: where it is installed, it is hidden (a ``None`` in ``sys.modules`` makes its
+    import fail, also for submodules already imported); monkeypatch puts everything back afterwards."""
+    for name in [name for name in sys.modules if name == "simuleval" or name.startswith("simuleval.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "simuleval", None)
+    monkeypatch.delitem(sys.modules, "simulmt.simuleval_agent", raising=False)
     with pytest.raises(ImportError, match="needs SimulEval 1.1.4") as caught:
         importlib.import_module("simulmt.simuleval_agent")
     assert isinstance(caught.value, SimulmtError)
@@ -51,6 +60,8 @@ def _agent(**settings):
 def _evaluate(agent, tmp_path: Path, sources=SOURCES, references=REFERENCES):
     """SimulEval's own sentence-level evaluator over files, as its command line builds it."""
     from simuleval import options
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
     from simuleval.evaluator import SentenceLevelEvaluator
 
     (tmp_path / "src").write_text("\n".join(sources) + "\n", encoding="utf-8")
@@ -144,8 +155,8 @@ def test_the_simuleval_command_line(tmp_path):
     tiny.tokenizer.save_pretrained(model_dir)
     (tmp_path / "src").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
     (tmp_path / "tgt").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", ""), str(SIMULEVAL_DIR)])}
     done = subprocess.run(
         [sys.executable, "-m", "simuleval.cli", "--agent-class", "simulmt.simuleval_agent.SimulmtAgent",
          "--source", str(tmp_path / "src"), "--target", str(tmp_path / "tgt"), "--output", str(tmp_path / "out"),
@@ -158,3 +169,24 @@ def test_the_simuleval_command_line(tmp_path):
     for entry, source in zip(logged, SOURCES):
         assert entry["delays"] == wait_k_delays(2, len(source.split()), len(entry["delays"]))
     assert "LAAL" in (tmp_path / "out" / "scores.tsv").read_text()
+
+
+@needs_simuleval
+def test_agent_scores_equal_simulmt_evaluate(tmp_path):
+    """The same sentences under SimulEval's evaluator with the agent and under ``simulmt evaluate``: the same
+    predictions and delays, and the same BLEU, AL, LAAL, AP and DAL (SimulEval's own scorers on its side)."""
+    from simulmt.evaluate import EvaluateOptions, evaluate
+
+    agent = _agent(layout="expost", policy="wait-k", k=2)
+    evaluator = _evaluate(agent, tmp_path)
+    options = EvaluateOptions(source=str(tmp_path / "src"), reference=str(tmp_path / "tgt"),
+                              output=str(tmp_path / "grid"), layouts="expost", policies="wait-k", ks="2",
+                              no_offline=True)
+    [ours] = evaluate(tiny_translator("llama"), options, progress=False)
+    logged = [json.loads(line) for line in (tmp_path / "grid" / ours.name / "instances.log").read_text().splitlines()]
+    assert [r["prediction"] for r in logged] == [i.prediction for i in evaluator.instances.values()]
+    assert [r["delays"] for r in logged] == [i.delays for i in evaluator.instances.values()]
+    theirs = evaluator.results.iloc[0].to_dict()
+    for name in ("BLEU", "AL", "LAAL", "AP", "DAL"):
+        assert ours.scores[name] == pytest.approx(theirs[name], abs=1e-3), name
+
