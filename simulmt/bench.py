@@ -44,6 +44,7 @@ from simulmt.option_fields import (adapter_field, device_field, dtype_field, k_f
 from simulmt.placed import Role
 from simulmt.policies import POLICIES, Offline, Policy, make_policy
 from simulmt.prompt_format import language_name
+from simulmt.text_input import read_lines, require_text
 
 if typing.TYPE_CHECKING:
     from simulmt.session import StreamingSession
@@ -431,15 +432,16 @@ def write_outputs(bench: Bench, directory: Path) -> tuple[Path, Path]:
 
 # ---- the command -------------------------------------------------------------------------------------------------
 def read_sentences(path: str, lines: int) -> tuple[list[str], list[int]]:
-    """The first ``lines`` non-empty lines of a file, and their 1-based line numbers."""
+    """The first ``lines`` non-empty lines of a file, and their 1-based line numbers (simulmt.text_input's rule;
+    a line that is not UTF-8 is an error naming the file and the line)."""
     sentences, numbers = [], []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                sentences.append(" ".join(line.split()))
-                numbers.append(number)
-                if len(sentences) == lines:
-                    break
+    for line in read_lines(path, "source"):
+        text = require_text([line], f"the source file {path}")[0]  # only the lines used must be UTF-8
+        if text.strip():
+            sentences.append(" ".join(text.split()))
+            numbers.append(line.number)
+            if len(sentences) == lines:
+                break
     return sentences, numbers
 
 
@@ -451,8 +453,8 @@ def run(options: BenchOptions, parser: argparse.ArgumentParser) -> int:
 
     try:
         sentences, numbers = read_sentences(options.source, options.lines)
-    except OSError as exc:
-        parser.error(f"cannot read {options.source}: {exc.strerror or exc}")
+    except SimulmtError as exc:
+        parser.error(str(exc))
     if not sentences:
         parser.error(f"{options.source} has no non-empty line")
     if options.threads is not None:

@@ -45,6 +45,7 @@ from simulmt.option_fields import (adapter_field, device_field, dtype_field, lan
                                     model_field, phi_field, slot_field)
 from simulmt.prompt_format import language_name
 from simulmt.session import DecodeConfig, Translation
+from simulmt.text_input import require_text, split_lines
 
 if TYPE_CHECKING:
     from simulmt.translator import Translator
@@ -256,18 +257,14 @@ class TestSet:
 
 
 def _read_lines(path: Path, what: str) -> tuple[list[str], str]:
+    """The stripped lines of a file (simulmt.text_input's rule; a line that is not UTF-8 is an error naming the file
+    and the line) and the SHA-256 of its bytes."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise SimulmtError(f"cannot read the {what} file {path}: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SimulmtError(f"the {what} file {path} is not UTF-8 text ({exc})") from None
-    if text.endswith("\n"):
-        text = text[:-1]
-    lines = [line.strip() for line in text.split("\n")] if text else []  # not splitlines(): \u2028 is no line break
-    return lines, hashlib.sha256(data).hexdigest()
+    lines = require_text(split_lines(data), f"the {what} file {path}")
+    return [line.strip() for line in lines], hashlib.sha256(data).hexdigest()
 
 
 def read_test_set(source: str | Path, reference: str | Path, lines: int | None = None) -> TestSet:

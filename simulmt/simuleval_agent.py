@@ -15,6 +15,13 @@ as its content: SimulEval 1.1.4 records the content of a finished ``WriteAction`
 Because a simulmt session writes a word as soon as its policy allows and SimulEval counts the words sent, the
 delays SimulEval records equal the session's own ``delays`` (for wait-k, ``min(k + j - 1, |X|)``).
 
+Input text: SimulEval reads ``--source`` and ``--target`` itself (``open()`` in text mode), after the agent is
+built. So :meth:`SimulmtAgent.from_args` first checks both files with :mod:`simulmt.text_input`'s rule: a line that
+is not UTF-8 ends the command with one line naming the file and the line (exit code 1), before the model loads,
+instead of SimulEval's ``UnicodeDecodeError`` traceback after it. SimulEval keeps a UTF-8 byte-order mark in the
+first word; the agent drops it (as ``simulmt evaluate`` does), and refuses a word holding a lone surrogate (text
+decoded with ``errors="surrogateescape"``) with a :class:`~simulmt.errors.SimulmtError`.
+
 The module needs SimulEval (``pip install simuleval==1.1.4``, best in its own virtual environment: it pins old
 tools); importing it without SimulEval raises :class:`SimulEvalMissingError` (an ``ImportError``) saying so.
 ``import simulmt`` never imports this module.
@@ -30,6 +37,7 @@ from simulmt.layouts import LAYOUTS, make_layout
 from simulmt.policies import make_policy
 from simulmt.prompt_format import language_name
 from simulmt.session import StreamingSession, Translation
+from simulmt.text_input import check_text, read_text_lines
 from simulmt.translator import Translator
 
 
@@ -106,6 +114,15 @@ class SimulmtAgent(TextToTextAgent):
 
     @classmethod
     def from_args(cls, args: Namespace) -> "SimulmtAgent":
+        """SimulEval's command line builds the agent here, before it reads the data: the input files are checked
+        first, so that a line that is not UTF-8 ends the command with one message (exit code 1)."""
+        for what in ("source", "target"):
+            path = getattr(args, what, None)
+            if isinstance(path, str) and path:
+                try:
+                    read_text_lines(path, what)
+                except SimulmtError as exc:
+                    raise SystemExit(f"simulmt: error: {exc}") from None
         return cls(args)
 
     def build_states(self) -> SimulmtStates:
@@ -124,7 +141,10 @@ class SimulmtAgent(TextToTextAgent):
         if states.session is None:
             states.session = self.new_session()
         session = states.session
-        new_words = list(states.source[states.pushed:])
+        new_words = [check_text(word, f"source word {states.pushed + i + 1} ({word!r})")
+                     for i, word in enumerate(states.source[states.pushed:])]
+        if states.pushed == 0 and new_words and new_words[0].startswith("\ufeff"):  # SimulEval keeps a file's BOM
+            new_words[0] = new_words[0][1:] or new_words[0]
         if new_words or (states.source_finished and not session.stream_finished):
             session.push(new_words, finished=states.source_finished)
             states.pushed = len(states.source)

@@ -126,12 +126,21 @@ def test_the_command(monkeypatch, tmp_path, capsys):
     (["--source", "x", "--layouts", "expost,nope"], "unknown layout 'nope'"),
     (["--source", "x", "--policy", "offline"], "offline decoding is always measured"),
     (["--source", "x", "--lines", "0"], "--lines must be at least 1"),
-    (["--source", "/nonexistent/file"], "cannot read /nonexistent/file"),
+    (["--source", "/nonexistent/file"], "cannot read the source file /nonexistent/file"),
 ])
 def test_invalid_options_exit_2_before_loading(monkeypatch, capsys, args, message):
     monkeypatch.setattr(cli, "_load_translator", lambda **kwargs: pytest.fail("the model must not load"))
     assert cli.main(["bench", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_used_line_that_is_not_utf8_is_an_error_before_loading(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(cli, "_load_translator", lambda **kwargs: pytest.fail("the model must not load"))
+    source = tmp_path / "source.en"
+    source.write_bytes(b"\xef\xbb\xbf" + SENTENCES[0].encode() + b"\r\n\nna\xefve\n")
+    assert bench.read_sentences(str(source), 1) == ([SENTENCES[0]], [1])  # only the lines used are decoded
+    assert cli.main(["bench", "--source", str(source), "--lines", "2"]) == 2
+    assert f"{source}: line 3 is not valid UTF-8 (byte 0xef at column 3" in capsys.readouterr().err
 
 
 def test_report_prints_both_comparisons(written):

@@ -10,7 +10,7 @@ import pytest
 from helpers import tiny_translator
 from simulmt import cli
 from simulmt.errors import SimulmtError
-from simulmt.evaluate import EvaluateOptions, evaluate, read_log, score_path
+from simulmt.evaluate import EvaluateOptions, evaluate, read_log, read_test_set, score_path
 from simulmt.metrics import bleu, chrf, latency_scores
 from simulmt.policies import wait_k_delays
 
@@ -229,6 +229,27 @@ def test_misaligned_files_are_an_error_before_loading(tmp_path, data, loads, cap
         evaluate(None, _options((data[0], short), tmp_path / "out"))
     assert cli.main(_args(data, tmp_path / "out", "--lines", "9")) == 2
     assert "more lines than the test set has (4)" in capsys.readouterr().err
+
+
+def test_a_line_that_is_not_utf8_is_an_error_before_loading(tmp_path, data, loads, capsys):
+    """A bad line in the source or the reference names the file and the line; nothing is translated (a skipped
+    line would shift every later pair)."""
+    bad = tmp_path / "latin1.de"
+    bad.write_bytes("\n".join(REFERENCES[:2]).encode() + b"\nGr\xfc\xdfe\n" + REFERENCES[3].encode() + b"\n")
+    for files in ((bad, data[1]), (data[0], bad)):
+        assert cli.main(_args(files, tmp_path / "out")) == 2
+        err = capsys.readouterr().err
+        assert f"{bad}: line 3 is not valid UTF-8 (byte 0xfc at column 3: invalid start byte)" in err
+        assert loads == [] and not (tmp_path / "out").exists() and "Traceback" not in err
+
+
+def test_test_sets_split_lines_by_the_one_rule(tmp_path):
+    """CRLF, a BOM and a U+2028 inside a line: 2 lines each, aligned (splitlines() would find 3 in the source)."""
+    source, reference = tmp_path / "src", tmp_path / "ref"
+    source.write_bytes("\ufeffA man\u2028rides .\r\nA dog .\r\n".encode())
+    reference.write_bytes(b"Ein Mann reitet .\nEin Hund .\n")
+    test_set = read_test_set(source, reference)
+    assert test_set.sources == ["A man\u2028rides .", "A dog ."] and len(test_set.references) == 2
 
 
 @pytest.mark.parametrize("args, message", [

@@ -337,3 +337,19 @@ def test_data_files(tmp_path):
     (tmp_path / "two.txt").write_text("a\n", encoding="utf-8")
     with pytest.raises(SimulmtError, match="must be aligned"):
         data.parallel_files(str(tmp_path / "one.txt"), str(tmp_path / "two.txt"))
+
+
+def test_data_files_that_are_not_utf8_name_the_file_and_the_line(tmp_path):
+    """One line reader for every command: a bad line stops before training (skipping it would misalign pairs);
+    a form feed or U+2028 inside a line is no line break (str.splitlines() broke on them)."""
+    (tmp_path / "src.txt").write_bytes("a b\nc\x0cd\ne\u2028f\n".encode())
+    (tmp_path / "tgt.txt").write_bytes(b"x\r\ny\r\nz\r\n")
+    assert data.parallel_files(str(tmp_path / "src.txt"), str(tmp_path / "tgt.txt")) == [
+        data.Pair("a b", "x"), data.Pair("c d", "y"), data.Pair("e f", "z")]
+    (tmp_path / "bad.txt").write_bytes(b"x\ny\nna\xefve\n")
+    with pytest.raises(SimulmtError, match=r"training data target: .*bad\.txt: line 3 is not valid UTF-8 "
+                                           r"\(byte 0xef at column 3"):
+        data.parallel_files(str(tmp_path / "src.txt"), str(tmp_path / "bad.txt"))
+    (tmp_path / "bad.tsv").write_bytes(b"a\tb\n\xff\tc\n")
+    with pytest.raises(SimulmtError, match=r"bad\.tsv: line 2 is not valid UTF-8"):
+        data.tsv_file(str(tmp_path / "bad.tsv"))

@@ -190,3 +190,45 @@ def test_agent_scores_equal_simulmt_evaluate(tmp_path):
     for name in ("BLEU", "AL", "LAAL", "AP", "DAL"):
         assert ours.scores[name] == pytest.approx(theirs[name], abs=1e-3), name
 
+
+def _write(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+@needs_simuleval
+def test_files_that_are_not_utf8_stop_the_command_before_the_model_loads(tmp_path):
+    from simulmt.simuleval_agent import SimulmtAgent
+
+    good = _write(tmp_path / "good", "\n".join(SOURCES).encode() + b"\n")
+    bad = _write(tmp_path / "bad", SOURCES[0].encode() + b"\nHello \xff\xfe world .\n")
+    for source, target in ((bad, good), (good, bad)):
+        with pytest.raises(SystemExit) as caught:
+            SimulmtAgent.from_args(Namespace(source=source, target=target, model="/nonexistent"))
+        message = str(caught.value.code)
+        assert message.startswith("simulmt: error: the ") and bad in message
+        assert "line 2 is not valid UTF-8 (byte 0xff at column 7: invalid start byte)" in message
+    with pytest.raises(SimulmtError, match="Could not load model '/nonexistent'"):  # good files: on to the model
+        SimulmtAgent.from_args(Namespace(source=good, target=good, model="/nonexistent"))
+
+
+@needs_simuleval
+def test_a_byte_order_mark_is_not_translated(tmp_path):
+    """SimulEval keeps a file's BOM in the first word; the agent drops it, as ``simulmt evaluate`` does."""
+    plain = _agent(layout="expost", policy="wait-k", k=2)
+    _evaluate(plain, tmp_path / "plain")
+    marked = _agent(layout="expost", policy="wait-k", k=2)
+    evaluator = _evaluate(marked, tmp_path / "bom", ["\ufeff" + SOURCES[0], *SOURCES[1:]])
+    assert evaluator.instances[0].source.startswith("\ufeffThe")  # SimulEval keeps the BOM it read
+    assert [t.source for t in marked.translations] == SOURCES
+    assert [(t.prediction, t.delays) for t in marked.translations] == [(t.prediction, t.delays)
+                                                                      for t in plain.translations]
+
+
+@needs_simuleval
+def test_a_lone_surrogate_is_a_clear_error():
+    from simuleval.data.segments import TextSegment
+
+    agent = _agent()
+    with pytest.raises(SimulmtError, match=r"source word 1 \('caf\\udce9'\) is not valid text: .*U\+DCE9"):
+        agent.pushpop(TextSegment(index=0, content="caf\udce9", finished=True))

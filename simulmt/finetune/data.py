@@ -27,6 +27,7 @@ import torch
 
 from simulmt.errors import SimulmtError
 from simulmt.examples import IGNORE, TrainingExample
+from simulmt.text_input import read_lines, require_text
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,11 @@ class PairStats:
 
 
 def _read_lines(path: str | Path, what: str) -> list[str]:
+    """simulmt.text_input's rule: split at "\\n" only, strict UTF-8; a bad line is an error naming file and line."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise SimulmtError(f"{what}: file not found: {p}")
-    try:
-        return p.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise SimulmtError(f"{what}: {p} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return require_text(read_lines(p, what), f"{what}: {p}")
 
 
 def _clean(pairs: Iterable[tuple[str, str]], limit: int | None, stats: PairStats) -> list[Pair]:
