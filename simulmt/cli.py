@@ -3,8 +3,12 @@
 Each subcommand's options are a frozen dataclass; its fields (type, default, ``metadata["help"]``) become the
 subparser's arguments through :func:`add_dataclass_arguments`, and its ``__post_init__`` validates them. Invalid
 options are argument errors (exit code 2) found before any model is loaded; a model that cannot be loaded is
-exit code 1 with its message; a line that cannot be translated (e.g. too long for the model's context) is
-reported and skipped, and makes the exit code 1.
+exit code 1 with its message; a line that cannot be translated (not valid UTF-8, or too long for the model's
+context) is reported and skipped, and makes the exit code 1.
+
+``translate`` reads its input with :mod:`simulmt.text_input` (strict UTF-8, line by line), splits each line into
+sentences of at most ``--max-words`` words (:mod:`simulmt.segment`), translates them (:func:`translate_sentences`)
+and merges their translations into one output line.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import TextIO
 
@@ -27,7 +31,9 @@ from simulmt.option_fields import (adapter_field, device_field, dtype_field, k_f
                                     model_field, n_field, phi_field, slot_field)
 from simulmt.policies import POLICIES
 from simulmt.prompt_format import language_name
-from simulmt.session import Translation
+from simulmt.segment import DEFAULT_MAX_WORDS, merge_translations, split_sentences
+from simulmt.session import Translation, WrittenWord
+from simulmt.text_input import Line, read_lines, stream_lines
 
 if typing.TYPE_CHECKING:
     from simulmt.translator import Translator
@@ -51,6 +57,9 @@ class TranslateOptions:
     phi: int = phi_field()
     source_lang: str = language_field("en", "source")
     target_lang: str = language_field("de", "target")
+    max_words: int = field(default=DEFAULT_MAX_WORDS, metadata={
+        "help": "each line is translated sentence by sentence; a sentence longer than this many words is cut "
+                "there (bounds the time and the context one sentence takes)", "metavar": "N"})
     jsonl: bool = field(default=False, metadata={
         "help": "write one JSON object per input line (prediction, delays, timings, compute counts)"})
     device: str | None = device_field()
@@ -61,9 +70,9 @@ class TranslateOptions:
             raise SimulmtError(f"unknown layout {self.layout!r}; choose one of: {', '.join(LAYOUTS)}")
         if self.policy not in POLICIES:
             raise SimulmtError(f"unknown policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
-        for name in ("k", "n", "slot", "phi"):
+        for name in ("k", "n", "slot", "phi", "max_words"):
             if getattr(self, name) < 1:
-                raise SimulmtError(f"--{name} must be at least 1, got {getattr(self, name)}")
+                raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         language_name(self.source_lang)  # raises SimulmtError with the list of known languages
         language_name(self.target_lang)
 
@@ -146,25 +155,61 @@ def _stderr_is_terminal() -> bool:
 
 
 # ---- translate ---------------------------------------------------------------------------------------------------
-def _lines(stream: TextIO) -> Iterator[str]:
-    for line in iter(stream.readline, ""):  # line by line, also when typed interactively
-        yield line.rstrip("\r\n")
+def translate_sentences(translator: "Translator", sentences: list[list[str]], session_kwargs: dict, *,
+                        on_word: Callable[[WrittenWord], None] | None = None,
+                        on_sentence: Callable[[Translation], None] | None = None) -> list[Translation]:
+    """Translate each sentence (a list of words) as a stream of its own: one ``Translation`` per sentence, in order.
+
+    A sentence that cannot be translated (a ``SimulmtError``, e.g. too long for the model's context) gives a
+    ``Translation`` with ``error`` and no target words, and the next sentence is translated all the same.
+    ``on_word`` sees every target word as it is written, ``on_sentence`` every finished sentence. This is the one
+    place where ``translate`` decodes: the batched engine (``Translator.translate_many``) can take all the
+    sentences at once here where no word is shown live (wall times then overlap: ``elapsed`` needs a rule).
+    """
+    results = []
+    for words in sentences:
+        session = None
+        try:
+            session = translator.session(**session_kwargs)
+            for word in session.stream(" ".join(words)):
+                if on_word is not None:
+                    on_word(word)
+            result = session.result()
+        except SimulmtError as exc:
+            result = _failed(session, words, str(exc))
+        results.append(result)
+        if on_sentence is not None:
+            on_sentence(result)
+    return results
 
 
-def _failed(session, source: str, exc: SimulmtError) -> Translation:
-    """The record of a line that could not be translated: empty prediction, the work done so far, the error."""
+def _failed(session, words: list[str], error: str) -> Translation:
+    """The record of a sentence that could not be translated: empty prediction, the work done so far, the error."""
+    source = " ".join(words)
     result = session.result() if session is not None else Translation(source, "", [], [], 0, 0.0, "", "", None)
-    return replace(result, source=source, prediction="", delays=[], elapsed=[], error=str(exc))
+    return replace(result, source=source, source_length=len(words), prediction="", delays=[], elapsed=[],
+                   error=error)
 
 
-def _translate(options: TranslateOptions, translator: "Translator", lines: Iterator[str] | list[str],
-               out: TextIO, err: TextIO, progress: bool) -> int:
+def translate_line(translator: "Translator", text: str, options: TranslateOptions, *,
+                   on_word: Callable[[WrittenWord], None] | None = None,
+                   on_sentence: Callable[[Translation], None] | None = None) -> Translation:
+    """One input line, of any length: split into sentences of at most ``options.max_words`` words, each translated,
+    merged into one ``Translation`` whose delays count the source words of the whole line."""
+    sentences = split_sentences(text.split(), options.max_words) or [[]]  # an empty line: no model call
+    return merge_translations(translate_sentences(translator, sentences, options.session_kwargs(), on_word=on_word,
+                                                  on_sentence=on_sentence))
+
+
+def _translate(options: TranslateOptions, translator: "Translator", lines: Iterable[Line], out: TextIO,
+               err: TextIO, progress: bool) -> int:
     live = not options.jsonl and _stdout_is_terminal()
     bar = None
-    if progress and isinstance(lines, list):
+    if progress and isinstance(lines, list):  # counts source words: a long line moves it sentence by sentence
         from tqdm import tqdm
 
-        bar = tqdm(total=len(lines), file=err, unit="line", dynamic_ncols=True)
+        bar = tqdm(total=sum(len(line.text.split()) for line in lines if line.text is not None), file=err,
+                   unit="word", dynamic_ncols=True)
 
     def report(message: str) -> None:
         if bar is not None:
@@ -172,32 +217,37 @@ def _translate(options: TranslateOptions, translator: "Translator", lines: Itera
         else:
             print(message, file=err, flush=True)
 
+    def advance(sentence: Translation) -> None:
+        bar.update(sentence.source_length)
+
     failures = total = 0
     try:
-        for number, line in enumerate(lines, 1):
+        for line in lines:
             total += 1
-            session = None
-            try:
-                session = translator.session(**options.session_kwargs())
-                printed = False
-                for word in session.stream(line):
-                    if live:
-                        print((" " if printed else "") + word.text, end="", file=out, flush=True)
-                        printed = True
-                result = session.result()
-            except SimulmtError as exc:
+            printed = False
+
+            def show(word: WrittenWord) -> None:
+                nonlocal printed
+                print((" " if printed else "") + word.text, end="", file=out, flush=True)
+                printed = True
+
+            if line.text is None:  # not valid UTF-8: reported, the other lines are translated
+                shown = line.shown
+                result = Translation(shown, "", [], [], 0, 0.0, "", "", None, source_length=len(shown.split()),
+                                     error=line.error)
+            else:
+                result = translate_line(translator, line.text, options, on_word=show if live else None,
+                                        on_sentence=advance if bar is not None else None)
+            if result.error:
                 failures += 1
-                result = _failed(session, " ".join(line.split()), exc)
-                if not options.jsonl:
-                    report(f"simulmt: line {number}: {exc}")
+                if not options.jsonl:  # a decoding error names its line already
+                    report(f"simulmt: {'' if line.text is None else f'line {line.number}: '}{result.error}")
             if options.jsonl:
                 print(json.dumps(result.to_json(), ensure_ascii=False), file=out, flush=True)
             elif live:
                 print(file=out, flush=True)
             else:
                 print(result.prediction, file=out, flush=True)
-            if bar is not None:
-                bar.update(1)
     finally:
         if bar is not None:
             bar.close()
@@ -208,14 +258,12 @@ def _translate(options: TranslateOptions, translator: "Translator", lines: Itera
 
 def _run_translate(options: TranslateOptions, parser: argparse.ArgumentParser) -> int:
     if options.input == "-":
-        handle, lines = None, _lines(sys.stdin)
+        lines: Iterable[Line] = stream_lines(sys.stdin.buffer)
     else:
         try:
-            handle = open(options.input, encoding="utf-8")
-        except OSError as exc:
-            parser.error(f"cannot read {options.input}: {exc.strerror or exc}")
-        lines = list(_lines(handle))
-        handle.close()
+            lines = read_lines(options.input)
+        except SimulmtError as exc:
+            parser.error(str(exc))
     try:
         translator = _load_translator(model=options.model, adapter=options.adapter,
                                       source_lang=options.source_lang, target_lang=options.target_lang,
@@ -223,8 +271,7 @@ def _run_translate(options: TranslateOptions, parser: argparse.ArgumentParser) -
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
-    progress = (isinstance(lines, list) and len(lines) > 1 and _stderr_is_terminal()
-                and not _stdout_is_terminal())
+    progress = isinstance(lines, list) and bool(lines) and _stderr_is_terminal() and not _stdout_is_terminal()
     return _translate(options, translator, lines, sys.stdout, sys.stderr, progress)
 
 

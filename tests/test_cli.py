@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -40,6 +41,7 @@ def input_file(tmp_path) -> Path:
     (["--n", "0"], "--n must be at least 1"),
     (["--slot", "0"], "--slot must be at least 1"),
     (["--phi", "0"], "--phi must be at least 1"),
+    (["--max-words", "0"], "--max-words must be at least 1"),
     (["--k", "three"], "invalid int value"),
     (["--target-lang", "xx"], "unknown language 'xx'"),
     (["--source-lang", "Klingon"], "unknown language 'Klingon'"),
@@ -102,8 +104,10 @@ def test_jsonl(loads, capsys, input_file):
         assert row["delays"] == wait_k_delays(k, len(source.split()), len(row["delays"]))
 
 
-def _stdin(text: str) -> None:
-    sys.stdin = io.StringIO(text + "\n")
+def _stdin(text: str | bytes) -> None:
+    """Standard input as the CLI sees it: bytes under a text wrapper (the CLI reads ``sys.stdin.buffer``)."""
+    data = text if isinstance(text, bytes) else (text + "\n").encode("utf-8")
+    sys.stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
 
 
 @pytest.fixture(autouse=True)
@@ -117,7 +121,8 @@ def test_context_overflow_is_reported_per_line(loads, capsys, tmp_path):
     long_line = " ".join(["weather"] * 600)
     path = tmp_path / "long.txt"
     path.write_text(f"{SENTENCES[0]}\n{long_line}\n{SENTENCES[1]}\n", encoding="utf-8")
-    assert cli.main(["translate", "--jsonl", str(path)]) == 1  # wait-3: fails mid-stream
+    # one sentence of 600 words (--max-words 1000): wait-3 fails mid-stream
+    assert cli.main(["translate", "--jsonl", "--max-words", "1000", str(path)]) == 1
     captured = capsys.readouterr()
     rows = [json.loads(line) for line in captured.out.splitlines()]
     assert len(rows) == 3
@@ -130,7 +135,7 @@ def test_context_overflow_is_reported_per_line(loads, capsys, tmp_path):
 def test_context_overflow_plain_output(loads, capsys, tmp_path):
     path = tmp_path / "long.txt"
     path.write_text(" ".join(["weather"] * 600) + f"\n{SENTENCES[0]}\n", encoding="utf-8")
-    assert cli.main(["translate", "--policy", "offline", str(path)]) == 1
+    assert cli.main(["translate", "--policy", "offline", "--max-words", "1000", str(path)]) == 1
     captured = capsys.readouterr()
     lines = captured.out.split("\n")
     assert lines[0] == "" and lines[1] and lines[2:] == [""]
@@ -181,3 +186,115 @@ def test_version_subprocess():
                           cwd=ROOT, timeout=120)
     assert proc.returncode == 0
     assert proc.stdout.strip().startswith("simulmt ")
+
+
+# ---- bad input: not UTF-8 ----------------------------------------------------------------------------------------
+BAD_LINE = b"Hello \xff\xfe world."
+BAD_MESSAGE = "line 2 is not valid UTF-8 (byte 0xff at column 7: invalid start byte)"
+
+
+def test_a_line_that_is_not_utf8_is_reported_and_the_others_translated(loads, capsys, tmp_path):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(SENTENCES[0].encode() + b"\n" + BAD_LINE + b"\n" + SENTENCES[1].encode() + b"\n")
+    assert cli.main(["translate", "--jsonl", str(path)]) == 1
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["error"] for row in rows] == [None, BAD_MESSAGE, None]
+    assert rows[1]["prediction"] == "" and rows[1]["delays"] == [] and rows[1]["source"] == "Hello \ufffd\ufffd world."
+    assert rows[0]["prediction"] and rows[2]["prediction"]
+
+
+def test_standard_input_bytes_crlf_and_a_byte_order_mark(loads, capsys, translator):
+    _stdin(b"\xef\xbb\xbf" + SENTENCES[0].encode() + b"\r\n" + BAD_LINE + b"\r\n" + SENTENCES[1].encode() + b"\r\n")
+    assert cli.main(["translate"]) == 1
+    captured = capsys.readouterr()
+    expected = [translator.translate(s).prediction for s in SENTENCES]
+    assert captured.out.split("\n") == [expected[0], "", expected[1], ""]  # BOM and CR are not translated
+    assert f"simulmt: {BAD_MESSAGE}\n" in captured.err and "1 of 3 lines could not be translated" in captured.err
+    assert "Traceback" not in captured.err
+
+
+# ---- long lines: translated sentence by sentence -----------------------------------------------------------------
+TALK = ["The weather is nice today.", "Where is the train station?", "My brother works in a hospital in Berlin.",
+        "The children are playing in the garden."]
+
+
+def test_a_long_line_is_translated_sentence_by_sentence(loads, capsys, tmp_path, translator):
+    path = tmp_path / "talk.txt"
+    path.write_text(" ".join(TALK) + "\n", encoding="utf-8")
+    assert cli.main(["translate", "--jsonl", "--k", "2", str(path)]) == 0
+    [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    parts = [translator.translate(s, k=2) for s in TALK]
+    assert row["source"] == " ".join(TALK) and row["source_length"] == 25 and row["error"] is None
+    assert row["prediction"] == " ".join(p.prediction for p in parts)
+    offsets = [0, 5, 10, 18]  # source words of the sentences before
+    assert row["delays"] == [d + o for p, o in zip(parts, offsets) for d in p.delays]
+    assert row["delays"] == sorted(row["delays"]) and max(row["delays"]) <= 25
+    assert row["tokens_fed"] == sum(p.tokens_fed for p in parts)
+
+
+def test_a_sentence_longer_than_max_words_is_cut(loads, capsys, tmp_path, monkeypatch):
+    path = tmp_path / "run-on.txt"
+    path.write_text(" ".join(["weather"] * 120) + "\n", encoding="utf-8")  # too long for the tiny model's context
+    assert cli.main(["translate", "--jsonl", "--max-words", "1000", str(path)]) == 1
+    assert "context" in json.loads(capsys.readouterr().out)["error"]
+    monkeypatch.setattr(cli, "_stderr_is_terminal", lambda: True)  # the progress bar counts words
+    assert cli.main(["translate", "--jsonl", "--max-words", "12", str(path)]) == 0
+    captured = capsys.readouterr()
+    [row] = [json.loads(line) for line in captured.out.splitlines()]
+    assert row["error"] is None and row["source_length"] == 120 and row["prediction"]
+    assert row["delays"] == sorted(row["delays"]) and row["delays"][-1] == 120
+    assert "120/120" in captured.err and "word" in captured.err
+
+
+def test_a_40000_word_line_starts_producing_output_at_once(translator, monkeypatch):
+    """The first target word comes after the first sentence is read, not after 40,000 words are."""
+    opened = []
+    session = translator.session
+    monkeypatch.setattr(translator, "session", lambda **kwargs: opened.append(kwargs) or session(**kwargs))
+
+    class FirstWord(Exception):
+        pass
+
+    def stop(word):
+        raise FirstWord(word.text)
+
+    start = time.perf_counter()
+    with pytest.raises(FirstWord):
+        cli.translate_line(translator, " ".join(TALK[:1] * 8000), cli.TranslateOptions(), on_word=stop)
+    assert len(opened) == 1 and time.perf_counter() - start < 5
+
+
+def _translate_counting(translator, text: str, **options) -> tuple[cli.Translation, list[list]]:
+    """translate_line, with the written words of each sentence (their token ids) collected."""
+    sentences: list[list] = [[]]
+    result = cli.translate_line(translator, text, cli.TranslateOptions(**options),
+                                on_word=lambda word: sentences[-1].append(word),
+                                on_sentence=lambda _: sentences.append([]))
+    return result, sentences[:-1]
+
+
+def test_generation_is_bounded_per_sentence(translator):
+    from simulmt.session import DecodeConfig
+
+    bounds = DecodeConfig()
+    result, sentences = _translate_counting(translator, " ".join(TALK * 2), policy="offline")
+    assert len(sentences) == 8 and result.error is None
+    for words, source in zip(sentences, TALK * 2):
+        assert len(words) <= bounds.max_len_a * len(source.split()) + bounds.max_len_b
+        assert all(len(word.tokens) <= bounds.max_tokens_per_word for word in words)
+
+
+@pytest.mark.slow
+def test_a_2000_word_line_finishes_with_bounded_generation(translator):
+    from simulmt.session import DecodeConfig
+
+    bounds = DecodeConfig()
+    text = " ".join(["weather garden station coffee"] * 500)  # 2,000 words, no sentence end: cut at 16
+    start = time.perf_counter()
+    result, sentences = _translate_counting(translator, text, max_words=16)
+    assert len(sentences) == 125 and result.source_length == 2000 and result.error is None
+    for words in sentences:
+        assert len(words) <= bounds.max_len_a * 16 + bounds.max_len_b
+        assert all(len(word.tokens) <= bounds.max_tokens_per_word for word in words)
+    assert result.delays == sorted(result.delays) and result.delays[-1] == 2000
+    assert time.perf_counter() - start < 300
