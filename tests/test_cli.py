@@ -235,7 +235,7 @@ def test_a_long_line_is_translated_sentence_by_sentence(loads, capsys, tmp_path,
 def test_a_sentence_longer_than_max_words_is_cut(loads, capsys, tmp_path, monkeypatch):
     path = tmp_path / "run-on.txt"
     path.write_text(" ".join(["weather"] * 120) + "\n", encoding="utf-8")  # too long for the tiny model's context
-    assert cli.main(["translate", "--jsonl", "--max-words", "1000", str(path)]) == 1
+    assert cli.main(["translate", "--jsonl", "--policy", "offline", "--max-words", "1000", str(path)]) == 1
     assert "context" in json.loads(capsys.readouterr().out)["error"]
     monkeypatch.setattr(cli, "_stderr_is_terminal", lambda: True)  # the progress bar counts words
     assert cli.main(["translate", "--jsonl", "--max-words", "12", str(path)]) == 0
