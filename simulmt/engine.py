@@ -4,8 +4,8 @@
             -> words written, NEEDS_SOURCE (it waits), DONE / error (it leaves, its cache row is freed at once)
             -> NEEDS_MODEL: a ForwardRequest (keep the first N cached tokens, feed these placed tokens)
             all requests of the round are served by ONE forward over the batched cache (``BatchKVCache``):
-            per-row crop (a length), right-aligned new tokens with their own position ids, per-row masks from
-            the same visibility rule, the logits (and last hidden state) of each row's last token.
+            per-row crop (a length), every new token a packed query with its own position id and its mask from
+            the same visibility rule, the logits (and last hidden state) of each stream's last token.
 
 Streams join (``add``) and leave (``remove``, or by finishing) between rounds. A stream's clock (its words'
 ``elapsed``) starts when it joins, so in a batched run elapsed is the wall time the stream spent in the engine,
@@ -13,8 +13,8 @@ sharing each forward with the other rows (not the time it waited in a queue befo
 on the other rows: its positions, mask and cache row are its own, so its predictions, delays and logits equal
 those of the stream run alone (tests/test_engine.py, float32, logits within 1e-5).
 
-The model side is one call, ``ModelRunner.forward_rows(ids, positions, visible, q_index, cache, features)``
-over plain tensors, so another runtime (llama.cpp's batch API has explicit positions, sequence ids and
+The model side is one call, ``ModelRunner.forward_packed(ids, positions, visible, q_index, last, cache,
+features)`` over plain tensors (one query per batch row, see batch_cache.py), so another runtime (llama.cpp's batch API has explicit positions, sequence ids and
 position-range removal) can serve the same streams later.
 """
 
@@ -46,8 +46,7 @@ class Event:
 class EngineStats:
     forwards: int = 0
     rows: int = 0  # stream rows served, summed over forwards
-    tokens: int = 0  # real tokens fed
-    padded: int = 0  # query slots fed, padding included (rows x widest row, per forward)
+    tokens: int = 0  # tokens fed (packed: no padding)
     peak_cache_bytes: int = 0
     batch_sizes: list[int] = field(default_factory=list)
 
@@ -114,32 +113,32 @@ class Engine:
 
     # ---- one batched forward ---------------------------------------------------------------------------------
     def serve(self, requests: list[tuple[Stream, ForwardRequest]]) -> None:
+        """One packed forward: every new token of every request is a query row of its own (batch_cache.py)."""
         requests = sorted(requests, key=lambda sr: self._row(sr[0]))
         rows = [self._row(s) for s, _ in requests]
         counts = [len(r.tokens) for _, r in requests]
-        width = max(counts)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        positions = torch.zeros(len(rows), width, dtype=torch.long)
-        q_target = torch.zeros(len(rows), width, dtype=torch.bool)
-        for i, ((stream, request), n) in enumerate(zip(requests, counts)):
-            self.cache.crop(rows[i], request.keep)
-            ids[i, width - n:] = torch.tensor([t.token_id for t in request.tokens])
-            positions[i, width - n:] = torch.tensor([t.position for t in request.tokens])
-            q_target[i, width - n:] = torch.tensor([t.role.target_side for t in request.tokens])
+        tokens = [t for _, r in requests for t in r.tokens]
+        for row, (_, request) in zip(rows, requests):
+            self.cache.crop(row, request.keep)
+        ids = torch.tensor([t.token_id for t in tokens])
+        positions = torch.tensor([t.position for t in tokens])
+        q_target = torch.tensor([t.role.target_side for t in tokens])
         q_index = self.cache.prepare(rows, counts, q_target)
         sees = torch.tensor([s.layout.visibility.source_sees_target for s, _ in requests])
-        visible = visible_rows(q_index, q_target, self.cache.key_sides(), sees)
+        visible = visible_rows(q_index[:, None], q_target[:, None], self.cache.key_sides(),
+                               torch.repeat_interleave(sees, torch.tensor(counts)))[:, 0]  # (N, K)
+        last = torch.cumsum(torch.tensor(counts), 0) - 1  # each stream's last query
         features = any(s.wants_features for s, _ in requests)
-        logits, hidden = self.runner.forward_rows(ids, positions, visible, q_index, self.cache, features)
-        pairs = (visible & (q_index >= 0)[:, :, None]).sum(dim=(1, 2)).tolist()
+        logits, hidden = self.runner.forward_packed(ids, positions, visible, q_index, last, self.cache, features)
+        starts = [0] + last.add(1).tolist()[:-1]
+        pairs = visible.sum(dim=1).tolist()
         for i, ((stream, _), n) in enumerate(zip(requests, counts)):
-            flops = self.runner.compute.flops(n, int(pairs[i]), 1)
+            flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), 1)
             stream.receive(logits[i], flops, hidden[i] if hidden is not None else None)
         s = self.stats
         s.forwards += 1
         s.rows += len(rows)
         s.tokens += sum(counts)
-        s.padded += len(rows) * width
         s.batch_sizes.append(len(rows))
         s.peak_cache_bytes = max(s.peak_cache_bytes, self.cache.memory_bytes())
 

@@ -94,6 +94,10 @@ class ModelRunner:
         self.compute = compute_model(model)
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
+        # the engine runs the decoder and applies the LM head to the rows it needs itself (see ``forward_packed``)
+        self.decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
+        self.head = model.get_output_embeddings()
+        self.softcap = getattr(config, "final_logit_softcapping", None)
 
     def masks(self, visible: torch.Tensor, query_start: int):
         """(Q, K) boolean -> the ``attention_mask`` argument: a (1, 1, Q, K) float tensor, or a dict of them."""
@@ -131,24 +135,21 @@ class ModelRunner:
 
 
     @torch.no_grad()
-    def forward_rows(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, q_index: torch.Tensor,
-                     cache, features: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One forward for many streams (the batched engine): ``ids``/``positions`` (R, Q) right-aligned, padding
-        on the left; ``visible`` (R, Q, K); ``cache`` a ``BatchKVCache`` prepared for these rows. Returns the
-        logits of each row's last query (R, vocab) in float32 and, when ``features``, its last hidden state."""
-        last = torch.tensor([ids.shape[1] - 1], device=self.device)  # an index tensor: see ``forward``
-        out = self.model(
-            input_ids=ids.to(self.device),
-            position_ids=positions.to(self.device),
-            attention_mask=render_row_masks(visible, q_index, self.attention_types, self.window, self.dtype,
-                                            self.device),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=last,
-            output_hidden_states=features,
-        )
-        hidden = out.hidden_states[-1][:, -1].float() if features else None
-        return out.logits[:, -1].float(), hidden
+    def forward_packed(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor,
+                       q_index: torch.Tensor, last: torch.Tensor, cache,
+                       features: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One forward for many streams (the batched engine), packed: ``ids``/``positions``/``q_index`` (N,), one
+        query per batch row; ``visible`` (N, K); ``cache`` a ``BatchKVCache`` prepared for these queries. Returns
+        the logits (float32) of the queries ``last`` (R,) and, when ``features``, their last hidden states."""
+        masks = render_row_masks(visible[:, None, :], q_index[:, None], self.attention_types, self.window,
+                                 self.dtype, self.device)
+        out = self.decoder(input_ids=ids[:, None].to(self.device), position_ids=positions[:, None].to(self.device),
+                           attention_mask=masks, past_key_values=cache, use_cache=True)
+        hidden = out.last_hidden_state[:, 0].index_select(0, last.to(self.device))  # (R, hidden), contiguous
+        logits = self.head(hidden)
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits.float(), hidden.float() if features else None
 
 
 def new_cache():

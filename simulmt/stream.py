@@ -124,6 +124,15 @@ class Vocabulary:
     stops: torch.Tensor  # (vocab,) bool: the token ends a segment or the sentence
     banned: torch.Tensor  # (vocab,) bool: never proposed (special tokens that are not stops)
 
+    def __post_init__(self):
+        minus_inf = lambda table: torch.zeros(table.shape).masked_fill(table, float("-inf"))  # noqa: E731
+        object.__setattr__(self, "_biases", {"banned": minus_inf(self.banned), "stops": minus_inf(self.stops),
+                                             "inside_word": minus_inf(~(self.word_starts | self.stops))})
+
+    def bias(self, name: str) -> torch.Tensor:
+        """(vocab,) float: -inf on the tokens of the named rule, 0 elsewhere."""
+        return self._biases[name]
+
 
 class Status(str, Enum):
     NEEDS_MODEL = "needs_model"
@@ -361,17 +370,16 @@ class Stream:
         return token
 
     def _allowed(self, logits: torch.Tensor) -> torch.Tensor:
-        """The logits with what may not be proposed now set to -inf."""
+        """The logits with what may not be proposed now set to -inf (additive biases: no per-step indexing)."""
         v = self.vocabulary
-        scores = logits.clone()
-        n = min(len(scores), len(v.word_starts))
-        scores[:n][v.banned[:n]] = float("-inf")
+        scores = logits[: len(v.word_starts)] + v.bias("banned")
         if not self.source_finished and not self.policy.lets_model_end_segment:
-            scores[:n][v.stops[:n]] = float("-inf")
+            scores = scores + v.bias("stops")
         if not self.current and self.written and self.layout.continues_text(self.state):
             # the previous word is complete: the next token must start a new word (or end)
-            scores[:n][~(v.word_starts[:n] | v.stops[:n])] = float("-inf")
-            scores[n:] = float("-inf")
+            scores = scores + v.bias("inside_word")
+        if len(logits) > len(scores):  # logits beyond the tokenizer's vocabulary are never proposed
+            scores = torch.cat([scores, logits.new_full((len(logits) - len(scores),), float("-inf"))])
         return scores
 
     # ---- the result ------------------------------------------------------------------------------------------

@@ -20,25 +20,24 @@ X = len(SOURCE.split())
 
 
 def steered(prefer, arch: str = "llama", extra_tokens: tuple[str, ...] = ()) -> Translator:
-    """A tiny translator whose model adds +100 to the logit of ``prefer(last input id)`` at every position."""
+    """A tiny translator whose model adds +100 to the logit of ``prefer(last token fed)`` at every proposal."""
     tok = make_tokenizer(chat=True)
     if extra_tokens:
         tok = tok.__class__.from_pretrained(_saved(tok))  # a private copy: the cached tokenizer stays as it is
         tok.add_tokens(list(extra_tokens))
-    model = make_model(arch, len(tok))
+    tr = Translator(make_model(arch, len(tok)), tok, name=f"steered-{arch}")
+    forward = tr.runner.forward_packed
 
-    def hook(module, args, kwargs, output):
-        ids = kwargs["input_ids"]
-        rows = output.logits.shape[1]
-        for b in range(ids.shape[0]):
-            for r in range(rows):
-                target = prefer(int(ids[b, ids.shape[1] - rows + r]))
-                if target is not None:
-                    output.logits[b, r, target] += 100.0
-        return output
+    def steered_forward(ids, positions, visible, q_index, last, cache, features=False):
+        logits, hidden = forward(ids, positions, visible, q_index, last, cache, features)
+        for row, query in enumerate(last.tolist()):
+            target = prefer(int(ids[query]))
+            if target is not None:
+                logits[row, target] += 100.0
+        return logits, hidden
 
-    model.register_forward_hook(hook, with_kwargs=True)
-    return Translator(model, tok, name=f"steered-{arch}")
+    tr.runner.forward_packed = steered_forward  # the model side of the engine: one call per forward
+    return tr
 
 
 def _saved(tok, _cache={}):

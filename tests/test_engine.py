@@ -194,13 +194,17 @@ def test_cache_rows_keep_their_own_lengths():
     cache = BatchKVCache(capacity=4)
     for _ in range(3):
         cache.add_row()
-    q = cache.prepare([0, 2], [3, 1], torch.tensor([[True, False, True], [False, False, True]]))
-    assert q.tolist() == [[0, 1, 2], [-1, -1, 0]]  # right-aligned, padding on the left
+    q = cache.prepare([0, 2], [3, 1], torch.tensor([True, False, True, True]))
+    assert q.tolist() == [0, 1, 2, 0]  # packed: one query per token, each at its own row's next index
     assert cache.lengths == [3, 0, 1]
-    keys = torch.arange(2 * 1 * 3 * 2, dtype=torch.float).reshape(2, 1, 3, 2)
+    keys = torch.arange(4 * 1 * 1 * 2, dtype=torch.float).reshape(4, 1, 1, 2)
     k, v = cache.update(keys, keys, 0)
-    assert k.shape == (2, 1, 3, 2) and torch.equal(k[0], keys[0]) and torch.equal(k[1, :, 0], keys[1, :, 2])
+    assert k.shape == (4, 1, 3, 2)  # every query sees its own row's keys
+    assert torch.equal(k[2, 0], keys[:3, 0, 0]) and torch.equal(k[3, 0, 0], keys[3, 0, 0])
+    assert cache.key_sides().tolist() == [[True, False, True]] * 3 + [[True, False, False]]
     cache.crop(0, 1)
     assert cache.lengths == [1, 0, 1]
     with pytest.raises(ValueError):
         cache.crop(1, 2)
+    cache.remove_row(1)
+    assert cache.rows == 2 and cache.lengths == [1, 1] and cache.keys[0].shape[0] == 2
