@@ -200,6 +200,12 @@ class Stream:
         """More source words arrived (``finished``: none will follow)."""
         if self.stream_finished:
             raise SimulmtError("the source of this stream has already finished")
+        for word in words:
+            try:
+                word.encode("utf-8")
+            except UnicodeEncodeError as exc:  # a lone surrogate: bytes that were not UTF-8, read leniently
+                raise SimulmtError(f"source word {len(self.source_words) + 1 + words.index(word)} is not valid text "
+                                   f"({exc.reason} at character {exc.start + 1}); read the input as UTF-8") from None
         if self.t0 is None:
             self.t0 = time.perf_counter()
         self.units += source_units(self.tokenizer, self.fmt, words, first_index=len(self.source_words))

@@ -83,13 +83,6 @@ def test_any_text_is_translated_or_refused_clearly(text, layout, policy):
     assert_bounded(written, len(text.split()))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "core defect, not fixed here (simulmt/prompt_format.py, session.py and translator.py belong to the decoding "
-    "core): a str holding a lone surrogate (what bytes that are not UTF-8 become under errors='surrogateescape') "
-    "reaches the tokenizer through prompt_format._ids via StreamingSession.push -> source_units, and the tokenizer "
-    "raises TypeError('TextEncodeInput must be Union[...]') instead of a SimulmtError. The CLI, evaluate, bench, "
-    "finetune and the SimulEval agent never pass one (simulmt.text_input); Translator.translate and "
-    "session.push still do."))
 @settings(max_examples=3, deadline=None, database=None, phases=(Phase.generate,))  # no shrinking: any one fails
 @given(text=st.tuples(st.text(max_size=5), st.characters(categories=("Cs",)), st.text(max_size=5)).map("".join))
 def test_a_lone_surrogate_is_refused_clearly(text):
