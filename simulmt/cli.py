@@ -19,7 +19,8 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import TextIO
 
@@ -27,7 +28,7 @@ from simulmt import __version__
 from simulmt.errors import SimulmtError
 from simulmt.layouts import LAYOUTS
 from simulmt.models import DEFAULT_MODEL
-from simulmt.option_fields import (adapter_field, device_field, dtype_field, k_field, language_field,
+from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, k_field, language_field,
                                     model_field, n_field, phi_field, slot_field)
 from simulmt.policies import POLICIES
 from simulmt.prompt_format import language_name
@@ -62,6 +63,7 @@ class TranslateOptions:
                 "there (bounds the time and the context one sentence takes)", "metavar": "N"})
     jsonl: bool = field(default=False, metadata={
         "help": "write one JSON object per input line (prediction, delays, timings, compute counts)"})
+    batch_size: int = batch_size_field()
     device: str | None = device_field()
     dtype: str = dtype_field()
 
@@ -70,7 +72,7 @@ class TranslateOptions:
             raise SimulmtError(f"unknown layout {self.layout!r}; choose one of: {', '.join(LAYOUTS)}")
         if self.policy not in POLICIES:
             raise SimulmtError(f"unknown policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
-        for name in ("k", "n", "slot", "phi", "max_words"):
+        for name in ("k", "n", "slot", "phi", "max_words", "batch_size"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         language_name(self.source_lang)  # raises SimulmtError with the list of known languages
@@ -201,6 +203,49 @@ def translate_line(translator: "Translator", text: str, options: TranslateOption
                                                   on_sentence=on_sentence))
 
 
+def _line_failed(line: Line) -> Translation:
+    """The record of a line that is not valid UTF-8 (reported; the other lines are translated)."""
+    shown = line.shown
+    return Translation(shown, "", [], [], 0, 0.0, "", "", None, source_length=len(shown.split()), error=line.error)
+
+
+def translate_lines_batched(translator: "Translator", lines: Iterable[Line], options: TranslateOptions,
+                            on_sentence: Callable[[Translation], None] | None = None
+                            ) -> Iterator[tuple[Line, Translation]]:
+    """Every sentence of every line through one engine, ``options.batch_size`` streams at a time; yields each
+    line with its merged ``Translation`` in input order, as soon as its sentences are done. Lines are read
+    lazily: standard input of any length runs in bounded memory."""
+    queue: deque[tuple[Line, int | None]] = deque()  # lines read so far, with their sentence counts
+
+    def sentences() -> Iterator[str]:
+        for line in lines:
+            if line.text is None:
+                queue.append((line, None))
+                continue
+            parts = split_sentences(line.text.split(), options.max_words) or [[]]
+            queue.append((line, len(parts)))
+            yield from (" ".join(words) for words in parts)
+
+    done: list[Translation] = []
+
+    def complete() -> Iterator[tuple[Line, Translation]]:
+        while queue and (queue[0][1] is None or len(done) >= queue[0][1]):
+            line, count = queue.popleft()
+            if count is None:
+                yield line, _line_failed(line)
+            else:
+                parts, done[:] = done[:count], done[count:]
+                yield line, merge_translations(parts)
+
+    for result in translator.translate_iter(sentences(), batch_size=options.batch_size,
+                                            **options.session_kwargs()):
+        done.append(result)
+        if on_sentence is not None:
+            on_sentence(result)
+        yield from complete()
+    yield from complete()
+
+
 def _translate(options: TranslateOptions, translator: "Translator", lines: Iterable[Line], out: TextIO,
                err: TextIO, progress: bool) -> int:
     live = not options.jsonl and _stdout_is_terminal()
@@ -220,24 +265,32 @@ def _translate(options: TranslateOptions, translator: "Translator", lines: Itera
     def advance(sentence: Translation) -> None:
         bar.update(sentence.source_length)
 
+    printed = False
+
+    def show(word: WrittenWord) -> None:
+        nonlocal printed
+        print((" " if printed else "") + word.text, end="", file=out, flush=True)
+        printed = True
+
+    def one_by_one() -> Iterator[tuple[Line, Translation]]:
+        nonlocal printed
+        for line in lines:
+            printed = False
+            if line.text is None:  # not valid UTF-8: reported, the other lines are translated
+                yield line, _line_failed(line)
+            else:
+                yield line, translate_line(translator, line.text, options, on_word=show if live else None,
+                                           on_sentence=advance if bar is not None else None)
+
+    if options.batch_size > 1:  # words are not shown live: whole lines, in input order
+        live = False
+        results = translate_lines_batched(translator, lines, options, advance if bar is not None else None)
+    else:
+        results = one_by_one()
     failures = total = 0
     try:
-        for line in lines:
+        for line, result in results:
             total += 1
-            printed = False
-
-            def show(word: WrittenWord) -> None:
-                nonlocal printed
-                print((" " if printed else "") + word.text, end="", file=out, flush=True)
-                printed = True
-
-            if line.text is None:  # not valid UTF-8: reported, the other lines are translated
-                shown = line.shown
-                result = Translation(shown, "", [], [], 0, 0.0, "", "", None, source_length=len(shown.split()),
-                                     error=line.error)
-            else:
-                result = translate_line(translator, line.text, options, on_word=show if live else None,
-                                        on_sentence=advance if bar is not None else None)
             if result.error:
                 failures += 1
                 if not options.jsonl:  # a decoding error names its line already

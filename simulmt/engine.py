@@ -21,6 +21,8 @@ position-range removal) can serve the same streams later.
 from __future__ import annotations
 
 import time
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -143,23 +145,41 @@ class Engine:
         s.peak_cache_bytes = max(s.peak_cache_bytes, self.cache.memory_bytes())
 
 
-def run_batched(streams: list[Stream], engine: Engine, batch_size: int) -> list[Stream]:
-    """Run complete (already pushed) streams to the end, at most ``batch_size`` at a time, in order of arrival;
-    returns them (each has its ``result()``; a failed one has ``error`` set)."""
+def run_ordered(streams: Iterable[Stream], engine: Engine, batch_size: int) -> Iterator[Stream]:
+    """Run complete (already pushed) streams to their end, at most ``batch_size`` at a time, and yield each in
+    input order as soon as it and every stream before it are finished (a failed one has ``error`` set). Streams
+    are taken from ``streams`` lazily, as rows free up, so an input of any length runs in bounded memory."""
     if batch_size < 1:
         raise SimulmtError(f"batch size must be at least 1, got {batch_size}")
-    waiting = list(streams)
-    waiting.reverse()
-    while waiting or engine.streams:
-        while waiting and len(engine.streams) < batch_size:
-            stream = waiting.pop()
-            if stream.done:  # an empty line: nothing to run
-                continue
-            engine.add(stream)
+    source, exhausted = iter(streams), False
+    pending: deque[Stream] = deque()  # taken from the input, not yet yielded, in input order
+    while True:
+        while pending and (pending[0].done or pending[0].error is not None):  # before taking more input
+            yield pending.popleft()
+        while not exhausted and len(engine.streams) < batch_size and len(pending) < 4 * batch_size:
+            stream = next(source, None)
+            if stream is None:
+                exhausted = True
+                break
+            pending.append(stream)
+            if not stream.done and stream.error is None:  # an empty line is done before it starts
+                engine.add(stream)
+        while pending and (pending[0].done or pending[0].error is not None):
+            yield pending.popleft()
+        if not engine.streams:
+            if exhausted and not pending:
+                return
+            continue
         events = engine.step()
         for event in events:
             if event.error is not None:
                 event.stream.error = event.error
-        if events and all(e.status is Status.NEEDS_SOURCE for e in events) and not waiting:
-            raise SimulmtError("run_batched needs streams whose source is complete (push(..., finished=True))")
+        if all(e.status is Status.NEEDS_SOURCE for e in events):
+            raise SimulmtError("run_ordered needs streams whose source is complete (push(..., finished=True))")
+
+
+def run_batched(streams: list[Stream], engine: Engine, batch_size: int) -> list[Stream]:
+    """``run_ordered`` to the end; returns the streams."""
+    for _ in run_ordered(streams, engine, batch_size):
+        pass
     return streams

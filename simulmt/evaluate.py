@@ -33,7 +33,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import mean
 from typing import TYPE_CHECKING, TextIO
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, TextIO
 from simulmt.errors import SimulmtError
 from simulmt.layouts import LAYOUTS
 from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT, bleu, chrf, latency_scores
-from simulmt.option_fields import (adapter_field, device_field, dtype_field, language_field,
+from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, language_field,
                                     model_field, phi_field, slot_field)
 from simulmt.prompt_format import language_name
 from simulmt.session import DecodeConfig, Translation
@@ -90,10 +90,13 @@ class EvaluateOptions:
         "help": "evaluate the first N lines only (default: all)", "metavar": "N"})
     ms_per_word: float = field(default=DEFAULT_MS_PER_SOURCE_UNIT, metadata={
         "help": "source rate assumed by the computation-aware latency (*_CA): ms per source word"})
+    batch_size: int = batch_size_field()
     device: str | None = device_field()
     dtype: str = dtype_field()
 
     def __post_init__(self):
+        if self.batch_size < 1:
+            raise SimulmtError(f"--batch-size must be at least 1, got {self.batch_size}")
         for name in ("source", "reference", "output"):
             if not getattr(self, name):
                 raise SimulmtError(f"--{name} is required")
@@ -293,7 +296,7 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
             "decode": asdict(DecodeConfig()), "simulmt": __version__,
             "source": str(test_set.source_path), "reference": str(test_set.reference_path),
             "source_sha256": test_set.source_sha256, "reference_sha256": test_set.reference_sha256,
-            "lines": len(test_set.sources), "ms_per_word": options.ms_per_word}
+            "lines": len(test_set.sources), "ms_per_word": options.ms_per_word, "batch_size": options.batch_size}
 
 
 def _write_json(path: Path, data) -> None:
@@ -409,8 +412,9 @@ class _Lock:
 
 
 def translate_run(translator: "Translator", spec: RunSpec, test_set: TestSet, directory: Path, config: dict, *,
-                  progress: bool = True, err: TextIO | None = None) -> list[dict]:
-    """Translate the sentences of one run that are not in its log yet; return all its instances."""
+                  progress: bool = True, err: TextIO | None = None, batch_size: int = 1) -> list[dict]:
+    """Translate the sentences of one run that are not in its log yet (``batch_size`` streams at a time, logged
+    in order as soon as each is done); return all its instances."""
     err = err or sys.stderr
     directory.mkdir(parents=True, exist_ok=True)
     with _Lock(directory):
@@ -427,13 +431,12 @@ def translate_run(translator: "Translator", spec: RunSpec, test_set: TestSet, di
                        dynamic_ncols=True)
         try:
             with open(log, "ab") as f:
-                for index in range(len(records), len(test_set.sources)):
-                    session = translator.session(**spec.session_kwargs())
-                    try:
-                        translation = session.run(test_set.sources[index])
-                    except SimulmtError as exc:  # e.g. too long for the context: recorded, counted, reported
-                        translation = replace(session.result(), prediction="", delays=[], elapsed=[], error=str(exc))
-                        message = f"simulmt: {spec.name}: sentence {index}: {exc}"
+                start = len(records)
+                remaining = (test_set.sources[i] for i in range(start, len(test_set.sources)))
+                translations = translator.translate_iter(remaining, batch_size=batch_size, **spec.session_kwargs())
+                for index, translation in enumerate(translations, start):  # in order, as soon as each is done
+                    if translation.error:  # e.g. too long for the context: recorded, counted, reported
+                        message = f"simulmt: {spec.name}: sentence {index}: {translation.error}"
                         if bar is not None:
                             bar.write(message, file=err)
                         else:
@@ -487,11 +490,15 @@ def score_run(directory: Path, ms_per_word: float | None = None, write: bool = T
     except SimulmtError as exc:
         raise SimulmtError(f"{directory}: {exc}") from None
     metric_signatures = scores.pop("metric_signatures")
+    batch = config.get("batch_size", 1)
+    if batch > 1:  # computation-aware latency of a batched run: say what its elapsed times are
+        metric_signatures["latency"] += f"|elapsed:in-engine,batch:{batch}"
     signature = {"model": config["model"], "adapter": config["adapter"], "dtype": config["dtype"],
                  "source_lang": config["source_lang"], "target_lang": config["target_lang"],
                  **{key: config[key] for key in ("layout", "policy", "k", "n", "slot", "phi")},
                  "simulmt": config["simulmt"], "source": config["source"], "reference": config["reference"],
                  "lines": len(instances), "complete": len(instances) == config["lines"], "ms_per_word": ms,
+                 "batch_size": batch,
                  **metric_signatures}
     scores = {"run": config["run"], **scores, "signature": signature}
     if write:
@@ -516,7 +523,8 @@ def evaluate(translator: "Translator", options: EvaluateOptions, *, progress: bo
             check_run_dir(output / spec.name, configs[spec])
     results = []
     for spec in specs:
-        translate_run(translator, spec, test_set, output / spec.name, configs[spec], progress=progress, err=err)
+        translate_run(translator, spec, test_set, output / spec.name, configs[spec], progress=progress, err=err,
+                      batch_size=options.batch_size)
         results.append(score_run(output / spec.name))
     results.sort(key=_grid_order)
     write_reports(output, results)

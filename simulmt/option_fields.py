@@ -59,3 +59,10 @@ def slot_field():
 
 def phi_field():
     return field(default=256, metadata={"help": "gpe: first position id of the target group"})
+
+
+def batch_size_field():
+    return field(default=1, metadata={
+        "help": "streams advanced together by one model (one forward per round for all of them); the output is "
+                "the same as with 1, in input order; in a batched run a word's elapsed time is the time its "
+                "stream spent in the engine, sharing each forward with the others", "metavar": "N"})

@@ -397,6 +397,8 @@ class Stream:
                 delays.append(w.delay)
                 elapsed.append(round(w.elapsed_ms, 3))
         wall = (time.perf_counter() - self.t0) * 1000.0 if self.t0 is not None else 0.0
+        if self.error is not None:  # a failed sentence: the work done so far, no target words
+            words, delays, elapsed = [], [], []
         return Translation(
             source=" ".join(self.source_words), prediction=" ".join(words), delays=delays, elapsed=elapsed,
             tokens_fed=self.tokens_fed, flops=self.flops, layout=self.layout.describe(),

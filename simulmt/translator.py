@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from simulmt.examples import TrainingExample, build_examples
@@ -21,7 +21,8 @@ from simulmt.policies import Policy, make_policy
 from simulmt.prompt_format import PromptFormat, build_format, newline_ids, source_units
 from simulmt.runner import ModelRunner
 from simulmt.session import DecodeConfig, StreamingSession, Translation, WrittenWord
-from simulmt.engine import Engine, run_batched
+from simulmt.engine import Engine, run_ordered
+from simulmt.errors import SimulmtError
 from simulmt.samplers import Sampler
 from simulmt.stream import Stream, Vocabulary
 from simulmt.vocabulary import special_token_ids, token_table, word_start_table
@@ -72,19 +73,32 @@ class Translator:
         return Stream(self.tokenizer, self.fmt, layout, policy, self.vocabulary, config or DecodeConfig(),
                       sampler=sampler, record=record, model_name=self.name, max_positions=self.runner.max_positions)
 
-    def translate_many(self, sources: list[str], layout: str | Layout = "expost", policy: str | Policy = "wait-k",
-                       *, batch_size: int = 8, samplers: Callable[[int], Sampler] | None = None,
-                       **kwargs) -> list[Translation]:
+    def translate_many(self, sources: Iterable[str], layout: str | Layout = "expost",
+                       policy: str | Policy = "wait-k", *, batch_size: int = 8,
+                       samplers: Callable[[int], Sampler] | None = None, **kwargs) -> list[Translation]:
         """Translate many sentences with up to ``batch_size`` streams advanced together (one forward per round
         for all of them); the results are those of ``translate`` one by one, in input order. ``samplers(i)``
         gives sentence i its own sampler (default: greedy). A sentence that fails has ``error`` set."""
-        streams = []
-        for i, text in enumerate(sources):
-            stream = self.new_stream(layout, policy, sampler=samplers(i) if samplers else None, **kwargs)
-            stream.push(text.split(), finished=True)
-            streams.append(stream)
-        run_batched(streams, Engine(self.runner), batch_size)
-        return [s.result() for s in streams]
+        return list(self.translate_iter(sources, layout, policy, batch_size=batch_size, samplers=samplers,
+                                        **kwargs))
+
+    def translate_iter(self, sources: Iterable[str], layout: str | Layout = "expost",
+                       policy: str | Policy = "wait-k", *, batch_size: int = 8,
+                       samplers: Callable[[int], Sampler] | None = None, **kwargs) -> Iterator[Translation]:
+        """``translate_many`` for inputs of any length: sources are read lazily and each ``Translation`` is yielded
+        in input order as soon as it and those before it are finished."""
+
+        def streams():
+            for i, text in enumerate(sources):
+                stream = self.new_stream(layout, policy, sampler=samplers(i) if samplers else None, **kwargs)
+                try:
+                    stream.push(text.split(), finished=True)
+                except SimulmtError as exc:  # e.g. text that is not valid Unicode
+                    stream.error = exc
+                yield stream
+
+        for stream in run_ordered(streams(), Engine(self.runner), batch_size):
+            yield stream.result()
 
     def translate(self, text: str, layout: str | Layout = "expost", policy: str | Policy = "wait-k",
                   **kwargs) -> Translation:

@@ -298,3 +298,32 @@ def test_a_2000_word_line_finishes_with_bounded_generation(translator):
         assert all(len(word.tokens) <= bounds.max_tokens_per_word for word in words)
     assert result.delays == sorted(result.delays) and result.delays[-1] == 2000
     assert time.perf_counter() - start < 300
+
+
+@pytest.mark.parametrize("source", ["file", "stdin"])
+def test_batch_size_prints_exactly_what_one_stream_prints(loads, capsys, tmp_path, source):
+    """--batch-size N: the same lines, in the same order, as --batch-size 1 (an empty line, a line that is not
+    UTF-8, a line of several sentences, a line too long for the context included)."""
+    lines = [SENTENCES[0].encode(), b"", b"Hello \xff world.", (SENTENCES[1] + " " + SENTENCES[0]).encode(),
+             " ".join(["weather"] * 600).encode(), b"Where is the train station?", SENTENCES[1].encode()]
+    data = b"\n".join(lines) + b"\n"
+    path = tmp_path / "mixed.txt"
+    path.write_bytes(data)
+    outputs = {}
+    for batch in ("1", "3"):
+        args = ["translate", "--jsonl", "--max-words", "1000", "--batch-size", batch, "--k", "2"]
+        if source == "stdin":
+            _stdin(data)
+        else:
+            args.append(str(path))
+        assert cli.main(args) == 1  # two lines fail: not UTF-8, too long for the context
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        outputs[batch] = [(r["source"], r["prediction"], r["delays"], r["tokens_fed"], r["error"]) for r in rows]
+    assert len(outputs["1"]) == len(lines)
+    assert outputs["3"] == outputs["1"]
+    assert [bool(row[4]) for row in outputs["1"]] == [False, False, True, False, True, False, False]
+
+
+def test_batch_size_must_be_positive(loads, capsys, input_file):
+    assert cli.main(["translate", "--batch-size", "0", str(input_file)]) == 2
+    assert "--batch-size must be at least 1" in capsys.readouterr().err

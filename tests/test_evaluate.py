@@ -141,17 +141,17 @@ def test_score_reproduces_scores_json(grid, capsys):
 
 
 def _counting(monkeypatch, translator, fail_on: int | None = None) -> list[int]:
-    """Count translator.session calls; raise KeyboardInterrupt on call number ``fail_on`` (1-based)."""
+    """Count the streams evaluate opens (one per sentence); raise KeyboardInterrupt on number ``fail_on``."""
     calls: list[int] = []
-    original = type(translator).session
+    original = type(translator).new_stream
 
-    def session(*args, **kwargs):
+    def new_stream(*args, **kwargs):
         calls.append(1)
         if fail_on is not None and len(calls) == fail_on:
             raise KeyboardInterrupt
         return original(translator, *args, **kwargs)
 
-    monkeypatch.setattr(translator, "session", session)
+    monkeypatch.setattr(translator, "new_stream", new_stream)
     return calls
 
 
@@ -275,19 +275,19 @@ def test_read_n_and_python_api(tmp_path, data, translator):
 
 
 def test_a_failed_sentence_is_recorded_and_reported(monkeypatch, tmp_path, data, translator, loads, capsys):
-    original = type(translator).session
+    original = type(translator).new_stream
     calls: list[int] = []
 
-    def session(*args, **kwargs):
+    def new_stream(*args, **kwargs):
         calls.append(1)
         made = original(translator, *args, **kwargs)
         if len(calls) == 2:
-            def fail(text):
+            def fail(words, finished=False):
                 raise SimulmtError("the sentence does not fit in the context")
-            made.run = fail
+            made.push = fail
         return made
 
-    monkeypatch.setattr(translator, "session", session)
+    monkeypatch.setattr(translator, "new_stream", new_stream)
     assert cli.main(_args(data, tmp_path, "--layouts", "expost", "--ks", "2", "--no-offline")) == 1
     err = capsys.readouterr().err
     assert "sentence 1: the sentence does not fit" in err and "1 sentence(s) could not be translated" in err
@@ -305,3 +305,16 @@ def test_two_processes_never_share_a_run(tmp_path, data, translator):
         fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(SimulmtError, match="another process is writing"):
             evaluate(translator, _options(data, tmp_path), progress=False)
+
+
+def test_batch_size_gives_the_same_log_and_says_so_in_the_signature(tmp_path, data, translator):
+    one = evaluate(translator, _options(data, tmp_path / "one", layouts="expost,prefix", ks="1,2"), progress=False)
+    many = evaluate(translator, _options(data, tmp_path / "many", layouts="expost,prefix", ks="1,2", batch_size=3),
+                    progress=False)
+    for a, b in zip(one, many):
+        strip = lambda rows: [{k: v for k, v in r.items() if k not in ("elapsed", "wall_ms")} for r in rows]  # noqa
+        assert strip(_log(a.directory / "instances.log")) == strip(_log(b.directory / "instances.log"))
+        assert a.scores["BLEU"] == b.scores["BLEU"] and a.scores["LAAL"] == b.scores["LAAL"]
+        assert b.scores["signature"]["batch_size"] == 3 and "elapsed:in-engine,batch:3" in \
+            b.scores["signature"]["latency"]
+        assert a.scores["signature"]["batch_size"] == 1 and "in-engine" not in a.scores["signature"]["latency"]
