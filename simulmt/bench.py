@@ -86,6 +86,10 @@ class BenchOptions:
     output: str | None = field(default=None, metadata={
         "help": "directory for bench.json and bench.png (created); without it the tables are only printed",
         "metavar": "DIR"})
+    streams: str | None = field(default=None, metadata={
+        "help": "comma-separated stream counts (e.g. 1,4,16): measure many streams on one model instead (aggregate "
+                "target tokens/s, ms per word p50/p95, KV cache memory, each vs the first count; the first layout "
+                "and policy; give --lines at least 4 x the largest count)", "metavar": "LIST"})
     threads: int | None = field(default=None, metadata={
         "help": "torch CPU threads (default: torch's choice); fix it to compare runs on a shared machine"})
     device: str | None = device_field()
@@ -99,6 +103,10 @@ class BenchOptions:
         for name in ("k", "n", "slot", "phi"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.streams is not None:
+            counts = self.stream_counts
+            if not counts or min(counts) < 1:
+                raise SimulmtError(f"--streams takes positive stream counts, e.g. 1,4,16; got {self.streams!r}")
         if self.threads is not None and self.threads < 1:
             raise SimulmtError(f"--threads must be at least 1, got {self.threads}")
         if not self.layout_names:
@@ -116,6 +124,13 @@ class BenchOptions:
                 raise SimulmtError(f"unknown policy {name!r} in --policy; choose from: wait-k, read-n")
         language_name(self.source_lang)
         language_name(self.target_lang)
+
+    @property
+    def stream_counts(self) -> list[int]:
+        try:
+            return [int(x) for x in _names(self.streams or "")]
+        except ValueError:
+            raise SimulmtError(f"--streams takes comma-separated integers, e.g. 1,4,16; got {self.streams!r}") from None
 
     @property
     def layout_names(self) -> tuple[str, ...]:
@@ -466,6 +481,8 @@ def run(options: BenchOptions, parser: argparse.ArgumentParser) -> int:
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
+    if options.streams is not None:
+        return _run_streams(options, translator, sentences)
     configurations = 1 + len(options.layout_names) * len(options.policy_names)
     print(f"simulmt bench: {len(sentences)} sentences x {configurations} configurations (+ offline replays) on "
           f"{translator.name}, {torch.get_num_threads()} threads", file=sys.stderr, flush=True)
@@ -490,3 +507,32 @@ def run(options: BenchOptions, parser: argparse.ArgumentParser) -> int:
             return 1
         print(f"wrote {data} and {image}")
     return 1 if bench.skipped else 0
+
+
+def _run_streams(options: BenchOptions, translator: "Translator", sentences: list[str]) -> int:
+    """``--streams``: the same sentences once per stream count (simulmt.throughput)."""
+    import torch
+
+    from simulmt import throughput
+
+    kwargs = dict(layout=options.layout_names[0], policy=options.policy_names[0], k=options.k, n=options.n,
+                  slot=options.slot, phi=options.phi)
+    print(f"simulmt bench: {len(sentences)} sentences, {kwargs['layout']} {kwargs['policy']}, streams "
+          f"{options.stream_counts} on {translator.name} ({options.dtype}, {torch.get_num_threads()} threads)",
+          file=sys.stderr, flush=True)
+    points = throughput.measure_all(
+        translator, sentences, options.stream_counts, kwargs,
+        progress=lambda p: print(f"  {p.streams} streams: {p.tokens_per_s:.2f} target tok/s", file=sys.stderr,
+                                 flush=True))
+    print(throughput.markdown(points))
+    if options.output:
+        out = Path(options.output)
+        out.mkdir(parents=True, exist_ok=True)
+        settings = {**kwargs, "model": translator.name, "source": options.source, "lines": len(sentences),
+                    "dtype": options.dtype, "threads": torch.get_num_threads(), "device": str(translator.runner.device),
+                    "torch": torch.__version__.split("+")[0], "simulmt": __version__}
+        path = out / "bench-streams.json"
+        path.write_text(json.dumps({"settings": settings, "points": [p.to_json() for p in points]}, indent=2) + "\n",
+                        encoding="utf-8")
+        print(f"wrote {path}")
+    return 0

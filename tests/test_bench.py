@@ -127,6 +127,8 @@ def test_the_command(monkeypatch, tmp_path, capsys):
     (["--source", "x", "--policy", "offline"], "offline decoding is always measured"),
     (["--source", "x", "--lines", "0"], "--lines must be at least 1"),
     (["--source", "/nonexistent/file"], "cannot read the source file /nonexistent/file"),
+    (["--source", "x", "--streams", "1,0"], "--streams takes positive stream counts"),
+    (["--source", "x", "--streams", "one"], "--streams takes comma-separated integers"),
 ])
 def test_invalid_options_exit_2_before_loading(monkeypatch, capsys, args, message):
     monkeypatch.setattr(cli, "_load_translator", lambda **kwargs: pytest.fail("the model must not load"))
@@ -149,3 +151,23 @@ def test_report_prints_both_comparisons(written):
     bench.print_report(result, out)
     text = out.getvalue()
     assert "1. free decoding" in text and "2. same output" in text and "x1.00" in text and "signature:" in text
+
+
+def test_streams_mode_reports_throughput_latency_and_memory_per_stream_count(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(cli, "_load_translator", lambda **kwargs: tiny_translator("llama"))
+    source = tmp_path / "source.en"
+    source.write_text("\n".join(SENTENCES * 3) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    code = cli.main(["bench", "--source", str(source), "--lines", "8", "--layouts", "expost", "--streams", "1,4",
+                     "--k", "2", "--output", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "| streams | target tok/s | x 1 stream |" in printed and "plain loop tok/s" in printed
+    data = json.loads((out / "bench-streams.json").read_text(encoding="utf-8"))
+    one, four = data["points"]
+    assert (one["streams"], four["streams"]) == (1, 4) and one["sentences"] == four["sentences"] == 8
+    # the same sentences, the same greedy output, fewer forwards when batched
+    assert one["target_tokens"] == four["target_tokens"] > 0 and four["forwards"] < one["forwards"]
+    assert four["cache_peak_mb"] > one["cache_peak_mb"] > 0
+    assert 0 < one["ms_per_word_p50"] <= one["ms_per_word_p95"]
+    assert one["plain_tokens_per_s"] > 0 and data["settings"]["policy"] == "wait-k"

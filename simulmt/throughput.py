@@ -1,0 +1,134 @@
+"""Many streams on one model: throughput, per-stream latency and memory against the number of streams.
+
+``simulmt bench --streams 1,4,16`` translates the same sentences once per stream count, with that many streams
+advanced together by the engine (new sentences join as others finish), and reports in one run:
+
+* aggregate target tokens per second (all streams together), and its ratio to 1 stream;
+* per-stream milliseconds per target word: the gaps between a stream's consecutive words (the first word counts
+  from the stream's start), p50 and p95 over all words;
+* the peak memory of the batched KV cache;
+* the same stream counts for a plain batched greedy decode loop (``plain_decode``: a Hugging Face
+  ``DynamicCache``, every row one token per step, no policy, no masks), so that the engine's own overhead is
+  visible next to what batching gives the model alone on this machine.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from simulmt.engine import Engine, run_batched
+
+
+@dataclass(frozen=True)
+class StreamsPoint:
+    streams: int
+    sentences: int
+    seconds: float
+    target_tokens: int
+    target_words: int
+    forwards: int
+    ms_per_word_p50: float
+    ms_per_word_p95: float
+    cache_peak_mb: float
+    plain_tokens_per_s: float | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.target_tokens / self.seconds if self.seconds else 0.0
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "tokens_per_s": self.tokens_per_s}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def measure(translator, sentences: list[str], streams: int, session_kwargs: dict) -> StreamsPoint:
+    """Translate ``sentences`` with ``streams`` streams at a time; time it all."""
+    made = []
+    for text in sentences:
+        stream = translator.new_stream(**session_kwargs)
+        stream.push(text.split(), finished=True)
+        made.append(stream)
+    engine = Engine(translator.runner)
+    start = time.perf_counter()
+    run_batched(made, engine, streams)
+    seconds = time.perf_counter() - start
+    gaps = []
+    for stream in made:
+        previous = 0.0
+        for word in stream.written:
+            gaps.append(word.elapsed_ms - previous)
+            previous = word.elapsed_ms
+    return StreamsPoint(
+        streams=streams, sentences=len(sentences), seconds=seconds,
+        target_tokens=sum(len(s.target_tokens) for s in made), target_words=sum(len(s.written) for s in made),
+        forwards=engine.stats.forwards, ms_per_word_p50=_percentile(gaps, 50), ms_per_word_p95=_percentile(gaps, 95),
+        cache_peak_mb=engine.stats.peak_cache_bytes / 2**20)
+
+
+@torch.no_grad()
+def plain_decode(model, batch: int, steps: int = 16, context: int = 32, seed: int = 0) -> float:
+    """Aggregate tokens/s of a plain batched greedy decode (random prompts of ``context`` tokens, then ``steps``
+    single-token steps for every row; only the steps are timed)."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    vocab = model.get_input_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(100, min(vocab, 20000), (batch, context), generator=generator).to(device)
+    cache = DynamicCache()
+    last = torch.tensor([context - 1], device=device)
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=last)
+    token = out.logits[:, -1].argmax(-1, keepdim=True)
+    start = time.perf_counter()
+    for _ in range(steps):
+        out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=torch.tensor([0]))
+        token = out.logits[:, -1].argmax(-1, keepdim=True)
+    return batch * steps / (time.perf_counter() - start)
+
+
+def measure_all(translator, sentences: list[str], counts: list[int], session_kwargs: dict, *,
+                plain: bool = True, progress=None) -> list[StreamsPoint]:
+    translator.translate_many(sentences[:2], batch_size=2, **session_kwargs)  # warm-up: nothing below is cold
+    points = []
+    for count in counts:
+        point = measure(translator, sentences, count, session_kwargs)
+        if plain:
+            point = StreamsPoint(**{**asdict(point), "plain_tokens_per_s": plain_decode(translator.model, count)})
+        points.append(point)
+        if progress is not None:
+            progress(point)
+    return points
+
+
+def report_rows(points: list[StreamsPoint]) -> tuple[list[str], list[list[str]]]:
+    """Markdown table: every figure with its ratio to the first stream count (normally 1)."""
+    base = points[0]
+    header = ["streams", "target tok/s", f"x {base.streams} stream", "ms/word p50", "ms/word p95",
+              "KV cache peak MB", "plain loop tok/s", f"plain x {base.streams}"]
+    rows = []
+    for p in points:
+        ratio = p.tokens_per_s / base.tokens_per_s if base.tokens_per_s else 0.0
+        plain = f"{p.plain_tokens_per_s:.1f}" if p.plain_tokens_per_s else "-"
+        plain_ratio = (f"{p.plain_tokens_per_s / base.plain_tokens_per_s:.2f}"
+                       if p.plain_tokens_per_s and base.plain_tokens_per_s else "-")
+        rows.append([str(p.streams), f"{p.tokens_per_s:.2f}", f"{ratio:.2f}", f"{p.ms_per_word_p50:.0f}",
+                     f"{p.ms_per_word_p95:.0f}", f"{p.cache_peak_mb:.1f}", plain, plain_ratio])
+    return header, rows
+
+
+def markdown(points: list[StreamsPoint]) -> str:
+    header, rows = report_rows(points)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
