@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from simulmt.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute
+from simulmt.core.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute
 from simulmt.parity import teacher_forced_parity
-from simulmt.policies import wait_k_delays
+from simulmt.core.policies import wait_k_delays
 
 SOURCE = "The weather is nice today and the children play in the garden"
 TARGET = "Das Wetter ist heute schön und die Kinder spielen im Garten"

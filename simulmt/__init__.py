@@ -1,10 +1,10 @@
 """simulmt: simultaneous machine translation with decoder-only LLMs (ExPosST position slots and baselines)."""
 
 from simulmt.errors import SimulmtError
-from simulmt.examples import TrainingExample, build_examples
-from simulmt.layouts import LAYOUTS, make_layout
-from simulmt.policies import POLICIES, Action, Offline, ReadN, Scheduled, StreamState, WaitK, make_policy
-from simulmt.session import DecodeConfig, StreamingSession, Translation, WrittenWord
+from simulmt.core.examples import TrainingExample, build_examples
+from simulmt.core.layouts import LAYOUTS, make_layout
+from simulmt.core.policies import POLICIES, Action, Offline, ReadN, Scheduled, StreamState, WaitK, make_policy
+from simulmt.core.session import DecodeConfig, StreamingSession, Translation, WrittenWord
 from simulmt.translator import Translator
 
 __version__ = "0.1.0"

@@ -38,16 +38,16 @@ from typing import TextIO
 
 from simulmt import __version__
 from simulmt.errors import SimulmtError
-from simulmt.layouts import LAYOUTS, make_layout
+from simulmt.core.layouts import LAYOUTS, make_layout
 from simulmt.option_fields import (adapter_field, device_field, dtype_field, k_field, language_field,
                                     model_field, n_field, phi_field, slot_field)
-from simulmt.placed import Role
-from simulmt.policies import POLICIES, Offline, Policy, make_policy
-from simulmt.prompt_format import language_name
+from simulmt.core.placed import Role
+from simulmt.core.policies import POLICIES, Offline, Policy, make_policy
+from simulmt.core.prompt_format import language_name
 from simulmt.text_input import read_lines, require_text
 
 if typing.TYPE_CHECKING:
-    from simulmt.session import StreamingSession
+    from simulmt.core.session import StreamingSession
     from simulmt.translator import Translator
 
 OFFLINE = "offline"
@@ -355,7 +355,7 @@ def to_json(bench: Bench) -> dict:
                                           "through offline decoding (ratio of totals)",
                 "wall_ms_per_target_token": "total wall ms / total target tokens; its ratio divides the two",
                 "flops": "2 x non-embedding params per token + 4 x layers x attention width per visible key + LM "
-                         "head where logits are computed (simulmt.runner.ComputeModel)"}}
+                         "head where logits are computed (simulmt.core.runner.ComputeModel)"}}
 
 
 # ---- report ------------------------------------------------------------------------------------------------------

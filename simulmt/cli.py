@@ -26,14 +26,14 @@ from typing import TextIO
 
 from simulmt import __version__
 from simulmt.errors import SimulmtError
-from simulmt.layouts import LAYOUTS
+from simulmt.core.layouts import LAYOUTS
 from simulmt.models import DEFAULT_MODEL
 from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, k_field, language_field,
                                     model_field, n_field, phi_field, slot_field)
-from simulmt.policies import POLICIES
-from simulmt.prompt_format import language_name
+from simulmt.core.policies import POLICIES
+from simulmt.core.prompt_format import language_name
 from simulmt.segment import DEFAULT_MAX_WORDS, merge_translations, split_sentences
-from simulmt.session import Translation, WrittenWord
+from simulmt.core.session import Translation, WrittenWord
 from simulmt.text_input import Line, read_lines, stream_lines
 
 if typing.TYPE_CHECKING:

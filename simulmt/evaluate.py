@@ -39,12 +39,12 @@ from statistics import mean
 from typing import TYPE_CHECKING, TextIO
 
 from simulmt.errors import SimulmtError
-from simulmt.layouts import LAYOUTS
+from simulmt.core.layouts import LAYOUTS
 from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT, bleu, chrf, latency_scores
 from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, language_field,
                                     model_field, phi_field, slot_field)
-from simulmt.prompt_format import language_name
-from simulmt.session import DecodeConfig, Translation
+from simulmt.core.prompt_format import language_name
+from simulmt.core.session import DecodeConfig, Translation
 from simulmt.text_input import require_text, split_lines
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ import torch
 
 from simulmt.adapters import resolve_adapter
 from simulmt.errors import ModelNotFoundError, SimulmtError
-from simulmt.vocabulary import mark_special_tokens
+from simulmt.core.vocabulary import mark_special_tokens
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulmt.examples import IGNORE, TrainingExample
-from simulmt.layouts import Layout
-from simulmt.placed import Role
-from simulmt.policies import Scheduled
-from simulmt.session import StreamingSession
+from simulmt.core.examples import IGNORE, TrainingExample
+from simulmt.core.layouts import Layout
+from simulmt.core.placed import Role
+from simulmt.core.policies import Scheduled
+from simulmt.core.session import StreamingSession
 from simulmt.translator import Translator
 
 

@@ -3,7 +3,7 @@
 A line may hold more than a sentence (a talk pasted on one line, 40,000 words). Translated as one stream it would
 run for hours before it ran out of the model's context. So a line is split into sentences, each sentence is
 translated on its own (bounded: at most ``max_words`` source words, so at most ``a * max_words + b`` target words
-of at most ``max_tokens_per_word`` tokens each, see :class:`simulmt.session.DecodeConfig`), and the sentences'
+of at most ``max_tokens_per_word`` tokens each, see :class:`simulmt.core.session.DecodeConfig`), and the sentences'
 translations are merged into the line's (:func:`merge_translations`), with delays counted over the whole line as
 a stream would see them.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from simulmt.errors import SimulmtError
-from simulmt.session import Translation
+from simulmt.core.session import Translation
 
 DEFAULT_MAX_WORDS = 64
 TERMINALS = (".", "!", "?", "…", "。", "！", "？", "‼", "⁇", "⁈", "⁉")

@@ -33,10 +33,10 @@ import logging
 from argparse import ArgumentParser, Namespace
 
 from simulmt.errors import SimulmtError
-from simulmt.layouts import LAYOUTS, make_layout
-from simulmt.policies import make_policy
-from simulmt.prompt_format import language_name
-from simulmt.session import StreamingSession, Translation
+from simulmt.core.layouts import LAYOUTS, make_layout
+from simulmt.core.policies import make_policy
+from simulmt.core.prompt_format import language_name
+from simulmt.core.session import StreamingSession, Translation
 from simulmt.text_input import check_text, read_text_lines
 from simulmt.translator import Translator
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from simulmt.engine import Engine, run_batched
+from simulmt.core.engine import Engine, run_batched
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
-from simulmt.examples import TrainingExample, build_examples
-from simulmt.layouts import Layout, make_layout
-from simulmt.policies import Policy, make_policy
-from simulmt.prompt_format import PromptFormat, build_format, newline_ids, source_units
-from simulmt.runner import ModelRunner
-from simulmt.session import DecodeConfig, StreamingSession, Translation, WrittenWord
-from simulmt.engine import Engine, run_ordered
+from simulmt.core.examples import TrainingExample, build_examples
+from simulmt.core.layouts import Layout, make_layout
+from simulmt.core.policies import Policy, make_policy
+from simulmt.core.prompt_format import PromptFormat, build_format, newline_ids, source_units
+from simulmt.core.runner import ModelRunner
+from simulmt.core.session import DecodeConfig, StreamingSession, Translation, WrittenWord
+from simulmt.core.engine import Engine, run_ordered
 from simulmt.errors import SimulmtError
-from simulmt.samplers import Sampler
-from simulmt.stream import Stream, Vocabulary
-from simulmt.vocabulary import special_token_ids, token_table, word_start_table
+from simulmt.core.samplers import Sampler
+from simulmt.core.stream import Stream, Vocabulary
+from simulmt.core.vocabulary import special_token_ids, token_table, word_start_table
 
 
 class Translator:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from simulmt.parity import ParityRun, forced_tokens, teacher_forced_parity  # noqa: F401 (re-exported for tests)
-from simulmt.placed import Role
+from simulmt.core.placed import Role
 from simulmt.translator import Translator
 from tiny_models import make_model, make_tokenizer
 

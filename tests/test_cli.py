@@ -13,7 +13,7 @@ import pytest
 
 from simulmt import cli
 from simulmt.errors import ModelNotFoundError
-from simulmt.policies import wait_k_delays
+from simulmt.core.policies import wait_k_delays
 from simulmt.translator import Translator
 from tiny_models import make_model, make_tokenizer
 
@@ -274,7 +274,7 @@ def _translate_counting(translator, text: str, **options) -> tuple[cli.Translati
 
 
 def test_generation_is_bounded_per_sentence(translator):
-    from simulmt.session import DecodeConfig
+    from simulmt.core.session import DecodeConfig
 
     bounds = DecodeConfig()
     result, sentences = _translate_counting(translator, " ".join(TALK * 2), policy="offline")
@@ -286,7 +286,7 @@ def test_generation_is_bounded_per_sentence(translator):
 
 @pytest.mark.slow
 def test_a_2000_word_line_finishes_with_bounded_generation(translator):
-    from simulmt.session import DecodeConfig
+    from simulmt.core.session import DecodeConfig
 
     bounds = DecodeConfig()
     text = " ".join(["weather garden station coffee"] * 500)  # 2,000 words, no sentence end: cut at 16

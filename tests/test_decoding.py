@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from helpers import SOURCE
-from simulmt.policies import WaitK
-from simulmt.session import DecodeConfig, repeated_ngram_bans
+from simulmt.core.policies import WaitK
+from simulmt.core.session import DecodeConfig, repeated_ngram_bans
 from simulmt.translator import Translator
-from simulmt.vocabulary import mark_special_tokens, special_token_ids
+from simulmt.core.vocabulary import mark_special_tokens, special_token_ids
 from tiny_models import make_model, make_tokenizer
 
 X = len(SOURCE.split())

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from helpers import tiny_translator
-from simulmt.batch_cache import BatchKVCache
-from simulmt.engine import Engine, run_batched
+from simulmt.core.batch_cache import BatchKVCache
+from simulmt.core.engine import Engine, run_batched
 from simulmt.errors import SimulmtError
-from simulmt.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute
-from simulmt.policies import Offline, ReadN, WaitK
-from simulmt.samplers import Greedy, Sampling
-from simulmt.stream import Status
+from simulmt.core.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute
+from simulmt.core.policies import Offline, ReadN, WaitK
+from simulmt.core.samplers import Greedy, Sampling
+from simulmt.core.stream import Status
 from tiny_models import ARCHS, CORPUS
 
 TOLERANCE = 1e-5  # float32, relative to the largest logit (|logits| reach ~5 on the tiny models)

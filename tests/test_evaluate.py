@@ -12,7 +12,7 @@ from simulmt import cli
 from simulmt.errors import SimulmtError
 from simulmt.evaluate import EvaluateOptions, evaluate, read_log, read_test_set, score_path
 from simulmt.metrics import bleu, chrf, latency_scores
-from simulmt.policies import wait_k_delays
+from simulmt.core.policies import wait_k_delays
 
 SOURCES = ["The weather is nice today.", "The children are playing in the garden.", "",
            "Where is the train station?"]

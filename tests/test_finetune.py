@@ -11,16 +11,16 @@ import torch
 
 from simulmt import cli
 from simulmt.errors import SimulmtError
-from simulmt.examples import IGNORE
+from simulmt.core.examples import IGNORE
 from simulmt.finetune import data
 from simulmt.finetune.collator import SimulCollator
 from simulmt.finetune.options import FinetuneOptions
 from simulmt.finetune.recipes import RECIPES, Recipe, source_first
 from simulmt.finetune.schedules import Schedule, offline, read_n, wait_k
-from simulmt.layouts import Expost
-from simulmt.placed import Role
-from simulmt.policies import Scheduled
-from simulmt.runner import ModelRunner, attention_spec
+from simulmt.core.layouts import Expost
+from simulmt.core.placed import Role
+from simulmt.core.policies import Scheduled
+from simulmt.core.runner import ModelRunner, attention_spec
 from simulmt.translator import Translator
 from tiny_models import CORPUS, make_model, make_tokenizer
 

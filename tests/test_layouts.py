@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from helpers import SOURCE, TARGET, forced_tokens, tiny_translator
-from simulmt.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute, make_layout
+from simulmt.core.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute, make_layout
 from simulmt.errors import SimulmtError
-from simulmt.placed import PlacedToken, Role, common_prefix_length, labels_for
-from simulmt.policies import Scheduled, WaitK, wait_k_delays
-from simulmt.prompt_format import PromptFormat
-from simulmt.session import StreamingSession
+from simulmt.core.placed import PlacedToken, Role, common_prefix_length, labels_for
+from simulmt.core.policies import Scheduled, WaitK, wait_k_delays
+from simulmt.core.prompt_format import PromptFormat
+from simulmt.core.session import StreamingSession
 
 X, Y = len(SOURCE.split()), len(TARGET.split())
 

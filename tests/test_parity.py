@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from helpers import SOURCE, TARGET, read_n_delays, teacher_forced_parity, tiny_translator
-from simulmt.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute
-from simulmt.placed import Role
-from simulmt.policies import wait_k_delays
+from simulmt.core.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute
+from simulmt.core.placed import Role
+from simulmt.core.policies import wait_k_delays
 from tiny_models import ARCHS
 
 TOLERANCE = 1e-4

@@ -6,8 +6,8 @@ import pytest
 
 from helpers import SOURCE, tiny_translator
 from simulmt.errors import SimulmtError
-from simulmt.layouts import Conversation, Expost, GroupPositions, PrefixRecompute
-from simulmt.policies import Action, Offline, ReadN, Scheduled, StreamState, WaitK, make_policy, wait_k_delays
+from simulmt.core.layouts import Conversation, Expost, GroupPositions, PrefixRecompute
+from simulmt.core.policies import Action, Offline, ReadN, Scheduled, StreamState, WaitK, make_policy, wait_k_delays
 
 X = len(SOURCE.split())
 R, W = Action.READ, Action.WRITE

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from helpers import tiny_translator
 from simulmt import cli
 from simulmt.errors import SimulmtError
-from simulmt.layouts import LAYOUTS
-from simulmt.session import DecodeConfig
+from simulmt.core.layouts import LAYOUTS
+from simulmt.core.session import DecodeConfig
 
 TINY = tiny_translator("llama")
 BOUNDS = DecodeConfig()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from helpers import teacher_forced_parity
-from simulmt.layouts import Conversation, Expost, PrefixRecompute
-from simulmt.policies import WaitK, wait_k_delays
+from simulmt.core.layouts import Conversation, Expost, PrefixRecompute
+from simulmt.core.policies import WaitK, wait_k_delays
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import pytest
 
 from simulmt.errors import SimulmtError
 from simulmt.segment import ends_sentence, merge_translations, split_sentences
-from simulmt.session import Translation
+from simulmt.core.session import Translation
 
 
 def split(text: str, max_words: int = 64) -> list[str]:

@@ -6,10 +6,10 @@ import pytest
 
 from helpers import SOURCE, tiny_translator
 from simulmt.errors import SimulmtError
-from simulmt.layouts import Expost
-from simulmt.policies import ReadN, WaitK
-from simulmt.runner import ContextOverflowError
-from simulmt.session import DecodeConfig
+from simulmt.core.layouts import Expost
+from simulmt.core.policies import ReadN, WaitK
+from simulmt.core.runner import ContextOverflowError
+from simulmt.core.session import DecodeConfig
 
 
 def test_live_pushes_give_the_same_translation_as_a_whole_sentence():

@@ -21,7 +21,7 @@ import pytest
 from conftest import SIMULEVAL_DIR, without_simuleval
 from helpers import tiny_translator
 from simulmt.errors import SimulmtError
-from simulmt.policies import wait_k_delays
+from simulmt.core.policies import wait_k_delays
 
 HAVE_SIMULEVAL = importlib.util.find_spec("simuleval") is not None
 needs_simuleval = pytest.mark.usefixtures("simuleval_installed")

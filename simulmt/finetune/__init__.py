@@ -2,7 +2,7 @@
 
 * ``schedules``: g(j) per target word for wait-k (fixed or a k-mix), read-n and offline;
 * ``recipes``: a layout + a schedule (+ the ``expost-nomask`` transform) -> training examples, built by the
-  layout code itself (``simulmt.examples.build_examples``), and how the trained model is served;
+  layout code itself (``simulmt.core.examples.build_examples``), and how the trained model is served;
 * ``data``: sentence pairs (text files, TSV, JSONL, a Hugging Face dataset) and the laid-out example dataset;
 * ``collator``: right-padded batches with explicit positions, 4-D masks (a dict per attention type for
   sliding-window models) and aligned labels;

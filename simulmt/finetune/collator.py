@@ -5,7 +5,7 @@ Per example of length T_i, padded to T = max T_i::
     input_ids     (B, T)   the example's ids, then ``pad_id``
     position_ids  (B, T)   the layout's explicit position ids, then 0
     attention_mask         (B, 1, T, T) additive float mask, or a dict of them per attention type (models with
-                           sliding-window layers, e.g. Gemma 3), rendered by ``simulmt.runner.render_masks``
+                           sliding-window layers, e.g. Gemma 3), rendered by ``simulmt.core.runner.render_masks``
     labels        (B, T)   the next-token labels of ``labels_for`` (already aligned: labels[i] is what the output
                            at i predicts, no shift), -100 elsewhere and on padding
 
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from simulmt.examples import IGNORE
-from simulmt.runner import render_masks
-from simulmt.visibility import Visibility
+from simulmt.core.examples import IGNORE
+from simulmt.core.runner import render_masks
+from simulmt.core.visibility import Visibility
 
 
 @dataclass

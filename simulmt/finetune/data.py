@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from simulmt.errors import SimulmtError
-from simulmt.examples import IGNORE, TrainingExample
+from simulmt.core.examples import IGNORE, TrainingExample
 from simulmt.text_input import read_lines, require_text
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from simulmt.errors import SimulmtError
 from simulmt.finetune.recipes import DEFAULT_POLICY, RECIPES
 from simulmt.option_fields import language_field, model_field
-from simulmt.prompt_format import language_name
+from simulmt.core.prompt_format import language_name
 
 _DATA_SOURCES = ("train_source", "train_tsv", "train_jsonl", "train_dataset")
 

@@ -1,4 +1,4 @@
-"""Recipes: the training side of every layout, built by the layout code itself (``simulmt.examples.build_examples``).
+"""Recipes: the training side of every layout, built by the layout code itself (``simulmt.core.examples.build_examples``).
 
 A recipe = a layout + a schedule (+ for one ablation, a transform of the laid-out sequence). It turns a sentence
 pair into one or more ``TrainingExample`` (placed tokens + labels) and says how the trained model is served (the
@@ -25,12 +25,12 @@ import random
 from dataclasses import dataclass
 
 from simulmt.errors import SimulmtError
-from simulmt.examples import TrainingExample, build_examples
+from simulmt.core.examples import TrainingExample, build_examples
 from simulmt.finetune.schedules import Schedule
-from simulmt.layouts import Conversation, Expost, GroupPositions, Layout, NaiveReuse, PrefixRecompute
-from simulmt.placed import PlacedToken, labels_for
-from simulmt.prompt_format import PromptFormat, source_units
-from simulmt.visibility import Visibility
+from simulmt.core.layouts import Conversation, Expost, GroupPositions, Layout, NaiveReuse, PrefixRecompute
+from simulmt.core.placed import PlacedToken, labels_for
+from simulmt.core.prompt_format import PromptFormat, source_units
+from simulmt.core.visibility import Visibility
 
 RECIPES = {
     "expost": "ExPosST: position slots + policy-consistent attention mask (the paper's method)",

@@ -23,7 +23,7 @@ import random
 from dataclasses import dataclass
 
 from simulmt.errors import SimulmtError
-from simulmt.policies import wait_k_delays
+from simulmt.core.policies import wait_k_delays
 
 
 def wait_k(k: int, source_length: int, target_length: int) -> list[int]:

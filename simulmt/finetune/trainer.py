@@ -1,6 +1,6 @@
 """Policy-consistent fine-tuning (ExPosST §2.3) on the Hugging Face ``Trainer``.
 
-    pairs --recipe (layout + schedule, simulmt.examples)--> laid-out examples --collator--> padded batch
+    pairs --recipe (layout + schedule, simulmt.core.examples)--> laid-out examples --collator--> padded batch
           --SimulTrainer.compute_loss--> loss on labelled tokens only --Trainer--> checkpoints, DIR/adapter
           --streaming engine on a dev subset--> BLEU, LAAL  (training.json, eval.json)
 
@@ -31,13 +31,13 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from simulmt import __version__
 from simulmt.errors import SimulmtError
-from simulmt.examples import IGNORE
+from simulmt.core.examples import IGNORE
 from simulmt.finetune import data
 from simulmt.finetune.collator import SimulCollator
 from simulmt.finetune.options import FinetuneOptions, resume_conflicts
 from simulmt.finetune.recipes import Recipe
 from simulmt.finetune.schedules import Schedule
-from simulmt.runner import attention_spec
+from simulmt.core.runner import attention_spec
 
 
 # ---- the loss --------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from simulmt.errors import SimulmtError
-from simulmt.visibility import additive, sliding, sliding_rows
+from simulmt.core.visibility import additive, sliding, sliding_rows
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The streaming session: one stream with an engine of its own, driven by its caller (push words, advance).
 
-``StreamingSession`` is a ``Stream`` (simulmt.stream: the decoding, model-free) served by a private ``Engine``
-(simulmt.engine: the batched KV cache and the forward) with one row. The same engine serves many streams in
+``StreamingSession`` is a ``Stream`` (simulmt.core.stream: the decoding, model-free) served by a private ``Engine``
+(simulmt.core.engine: the batched KV cache and the forward) with one row. The same engine serves many streams in
 ``Translator.translate_many``; a session is the live API for one::
 
     session = translator.session(layout="expost", policy="wait-k", k=3)
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from simulmt.engine import Engine
-from simulmt.runner import ModelRunner
-from simulmt.stream import (DecodeConfig, Proposal, Status, Stream, Translation, Vocabulary, WrittenWord,  # noqa: F401
+from simulmt.core.engine import Engine
+from simulmt.core.runner import ModelRunner
+from simulmt.core.stream import (DecodeConfig, Proposal, Status, Stream, Translation, Vocabulary, WrittenWord,  # noqa: F401
                             repeated_ngram_bans)
 
 

@@ -38,12 +38,12 @@ from enum import Enum
 import torch
 
 from simulmt.errors import SimulmtError
-from simulmt.layouts.base import Layout
-from simulmt.placed import PlacedToken, common_prefix_length
-from simulmt.policies import Action, Policy, StreamState
-from simulmt.prompt_format import PromptFormat, source_units
-from simulmt.runner import ContextOverflowError
-from simulmt.samplers import Forced, Greedy, Sampler
+from simulmt.core.layouts.base import Layout
+from simulmt.core.placed import PlacedToken, common_prefix_length
+from simulmt.core.policies import Action, Policy, StreamState
+from simulmt.core.prompt_format import PromptFormat, source_units
+from simulmt.core.runner import ContextOverflowError
+from simulmt.core.samplers import Forced, Greedy, Sampler
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class Translation:
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """Per-token tables of the model's vocabulary, built once per model (``simulmt.vocabulary``)."""
+    """Per-token tables of the model's vocabulary, built once per model (``simulmt.core.vocabulary``)."""
 
     word_starts: torch.Tensor  # (vocab,) bool: the token begins a new word
     stops: torch.Tensor  # (vocab,) bool: the token ends a segment or the sentence

@@ -7,7 +7,7 @@ k only if k <= q (it exists when q is fed), and:
   chat (``source_sees_target``): new source tokens join the cache without depending on the target written so far;
 * a target-side query sees every earlier key. Which source it sees is therefore decided by *when* the layout
   places it: the token whose output predicts the first token of target word j is placed after the g(j)-th
-  source unit was read (layouts defer it past later reads, see ``simulmt.layouts``).
+  source unit was read (layouts defer it past later reads, see ``simulmt.core.layouts``).
 
 Example, wait-1 on "a b" -> "X Y" (s = source, m = target marker, t = target), expost time order::
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from simulmt.placed import PlacedToken
+from simulmt.core.placed import PlacedToken
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ token is deferred past them (base.py), as in expost. ``phi`` must exceed every s
 from __future__ import annotations
 
 from simulmt.errors import SimulmtError
-from simulmt.layouts.base import Layout, LayoutState, place, place_source_before_last_target, retract_tentative_opener
-from simulmt.placed import Role
+from simulmt.core.layouts.base import Layout, LayoutState, place, place_source_before_last_target, retract_tentative_opener
+from simulmt.core.placed import Role
 
 
 class GroupPositions(Layout):

@@ -4,16 +4,16 @@ Always contiguous: ``prompt | source read so far | opener | target so far``. A r
 whole target off the list, appends the source, and the next ``open_target`` places the opener and the target
 again at their new positions. Streaming keeps the cache of prompt and old source and recomputes the new source
 and the whole target prefix: its cost grows with the square of the target length. Training uses one example per
-read point (prefix pairs), see ``simulmt.examples``.
+read point (prefix pairs), see ``simulmt.core.examples``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simulmt.layouts.base import Layout, LayoutState, place
-from simulmt.placed import PlacedToken, Role
-from simulmt.prompt_format import PromptFormat
+from simulmt.core.layouts.base import Layout, LayoutState, place
+from simulmt.core.placed import PlacedToken, Role
+from simulmt.core.prompt_format import PromptFormat
 
 
 @dataclass

@@ -2,9 +2,9 @@
 
 The same events drive both sides, so no layout logic is written twice:
 
-* training (``simulmt.examples``) replays a whole sentence pair along a schedule and takes the final list of
+* training (``simulmt.core.examples``) replays a whole sentence pair along a schedule and takes the final list of
   placed tokens as one training sequence;
-* streaming inference (``simulmt.session``) sends the events as they happen and, before every proposal, feeds the
+* streaming inference (``simulmt.core.session``) sends the events as they happen and, before every proposal, feeds the
   model whatever part of the list is not already in the KV cache (cropping the cache where the list changed).
 
 Events:
@@ -27,9 +27,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from simulmt.placed import PlacedToken, Role
-from simulmt.prompt_format import PromptFormat
-from simulmt.visibility import Visibility
+from simulmt.core.placed import PlacedToken, Role
+from simulmt.core.prompt_format import PromptFormat
+from simulmt.core.visibility import Visibility
 
 
 @dataclass

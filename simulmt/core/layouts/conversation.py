@@ -10,9 +10,9 @@ re-fed except a tentative opener.
 
 from __future__ import annotations
 
-from simulmt.layouts.base import Layout, LayoutState, place, retract_tentative_opener
-from simulmt.placed import Role
-from simulmt.visibility import Visibility
+from simulmt.core.layouts.base import Layout, LayoutState, place, retract_tentative_opener
+from simulmt.core.placed import Role
+from simulmt.core.visibility import Visibility
 
 
 class Conversation(Layout):

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from simulmt.batch_cache import BatchKVCache
+from simulmt.core.batch_cache import BatchKVCache
 from simulmt.errors import SimulmtError
-from simulmt.runner import ModelRunner
-from simulmt.stream import ForwardRequest, Status, Stream, WrittenWord
-from simulmt.visibility import visible_rows
+from simulmt.core.runner import ModelRunner
+from simulmt.core.stream import ForwardRequest, Status, Stream, WrittenWord
+from simulmt.core.visibility import visible_rows
 
 
 @dataclass

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulmt.errors import SimulmtError
-from simulmt.layouts.base import Layout, LayoutState, place, place_source_before_last_target, retract_tentative_opener
-from simulmt.placed import Role
-from simulmt.prompt_format import PromptFormat
+from simulmt.core.layouts.base import Layout, LayoutState, place, place_source_before_last_target, retract_tentative_opener
+from simulmt.core.placed import Role
+from simulmt.core.prompt_format import PromptFormat
 
 
 @dataclass

@@ -10,8 +10,8 @@ invariant, and the test suite checks that it does not.
 
 from __future__ import annotations
 
-from simulmt.layouts.base import Layout, LayoutState, place, place_source_before_last_target, retract_tentative_opener
-from simulmt.placed import PlacedToken, Role
+from simulmt.core.layouts.base import Layout, LayoutState, place, place_source_before_last_target, retract_tentative_opener
+from simulmt.core.placed import PlacedToken, Role
 
 
 class NaiveReuse(Layout):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from simulmt.errors import SimulmtError
-from simulmt.layouts.base import Layout, LayoutState
-from simulmt.layouts.conversation import Conversation
-from simulmt.layouts.expost import Expost
-from simulmt.layouts.gpe import GroupPositions
-from simulmt.layouts.naive import NaiveReuse
-from simulmt.layouts.prefix import PrefixRecompute
+from simulmt.core.layouts.base import Layout, LayoutState
+from simulmt.core.layouts.conversation import Conversation
+from simulmt.core.layouts.expost import Expost
+from simulmt.core.layouts.gpe import GroupPositions
+from simulmt.core.layouts.naive import NaiveReuse
+from simulmt.core.layouts.prefix import PrefixRecompute
 
 LAYOUTS: dict[str, type[Layout]] = {
     "expost": Expost,

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from simulmt.errors import SimulmtError
-from simulmt.layouts.base import Layout
-from simulmt.placed import PlacedToken, Role, labels_for
-from simulmt.prompt_format import PromptFormat, word_tokens
+from simulmt.core.layouts.base import Layout
+from simulmt.core.placed import PlacedToken, Role, labels_for
+from simulmt.core.prompt_format import PromptFormat, word_tokens
 
 IGNORE = -100
 

@@ -1,8 +1,8 @@
 """Placed tokens: the one representation shared by training and streaming inference.
 
 Every token the model sees is a ``PlacedToken``: its id, its explicit position id, its role, and which source unit
-or target word it belongs to. A layout (``simulmt.layouts``) decides which tokens exist, their order and their
-positions; the visibility rule (``simulmt.visibility``) decides who may attend to whom. The list of placed tokens
+or target word it belongs to. A layout (``simulmt.core.layouts``) decides which tokens exist, their order and their
+positions; the visibility rule (``simulmt.core.visibility``) decides who may attend to whom. The list of placed tokens
 is kept in *time order*: the order in which streaming inference feeds them, which is also the order of the KV
 cache. Training lays out the same list for a whole sentence and runs one forward pass over it.
 """

@@ -1,0 +1,17 @@
+"""The core of simulmt: how a stream is laid out, decided, decoded and served, with nothing of the tools.
+
+Read it bottom up, each file one concept:
+
+* ``placed``: the placed token (id, position id, role, unit), shared by training and inference;
+* ``visibility``: the one rule of who may attend to whom (a boolean matrix, for one stream or a batch of rows);
+* ``prompt_format``, ``vocabulary``: the token pieces of a prompt and what the decoder must know per token;
+* ``layouts/``: where tokens go and which position ids they get (expost, prefix, naive, conversation, gpe);
+* ``policies``: READ or WRITE, as data, from a stream's state;
+* ``examples``: a sentence pair laid out along a schedule, as training sees it;
+* ``samplers``: greedy, seeded sampling, forced; each returns a token and its log-probability;
+* ``stream``: one sentence decoded while its source arrives, model-free (it says what it needs);
+* ``batch_cache``, ``runner``, ``engine``: many streams served by one model, one packed forward per round;
+* ``session``: one stream with an engine of its own (the live API for one sentence).
+
+Nothing here imports from the tools above it (translator, CLI, evaluation, benchmarks, fine-tuning, agent).
+"""
