@@ -460,11 +460,10 @@ def read_sentences(path: str, lines: int) -> tuple[list[str], list[int]]:
     return sentences, numbers
 
 
-def run(options: BenchOptions, parser: argparse.ArgumentParser) -> int:
+def run(options: BenchOptions, parser: argparse.ArgumentParser, load_translator: Callable[..., "Translator"]) -> int:
+    """``load_translator(model=, adapter=, source_lang=, target_lang=, device=, dtype=)``: the CLI's model loader."""
     import torch
     from tqdm import tqdm
-
-    from simulmt import cli
 
     try:
         sentences, numbers = read_sentences(options.source, options.lines)
@@ -475,9 +474,9 @@ def run(options: BenchOptions, parser: argparse.ArgumentParser) -> int:
     if options.threads is not None:
         torch.set_num_threads(options.threads)
     try:
-        translator = cli._load_translator(model=options.model, adapter=options.adapter,
-                                          source_lang=options.source_lang, target_lang=options.target_lang,
-                                          device=options.device, dtype=options.dtype)
+        translator = load_translator(model=options.model, adapter=options.adapter,
+                                     source_lang=options.source_lang, target_lang=options.target_lang,
+                                     device=options.device, dtype=options.dtype)
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1

@@ -342,6 +342,12 @@ def _run_demo(options: DemoOptions) -> int:
     return run_demo(translator, k=options.k, fine_tuned=fine_tuned, out=sys.stdout)
 
 
+def _run_finetune(options, parser: argparse.ArgumentParser) -> int:
+    from simulmt.finetune.trainer import run_finetune  # transformers' Trainer and peft load here
+
+    return run_finetune(options, parser)
+
+
 # ---- main --------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Command:
@@ -384,9 +390,10 @@ def _commands() -> dict[str, Command]:
             "recompute scores.json of a run (or of every run of a grid) from its instances.log, without the model",
             "Recompute scores.json from instances.log and config.json alone; for a grid directory, rescore every "
             "run under it and rebuild results.md, results.json and bleu_laal.png."),
-        "bench": Command(bench.BenchOptions, bench.run, bench.HELP, bench.DESCRIPTION),
+        "bench": Command(bench.BenchOptions, lambda options, sub: bench.run(options, sub, _load_translator),
+                         bench.HELP, bench.DESCRIPTION),
         "finetune": Command(
-            finetuning.FinetuneOptions, finetuning.run_finetune,
+            finetuning.FinetuneOptions, _run_finetune,
             "fine-tune a model for simultaneous translation (policy-consistent, ExPosST §2.3; LoRA by default)",
             "Fine-tune a causal LM on sentence pairs laid out as the streaming engine will see them (recipe = layout "
             "+ schedule), save DIR/adapter and DIR/training.json, and evaluate on a dev subset with the streaming "

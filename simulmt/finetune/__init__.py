@@ -8,12 +8,13 @@
   sliding-window models) and aligned labels;
 * ``trainer``: ``SimulTrainer`` (loss on labelled tokens, logits only there), ``finetune(options)``, the
   evaluation at the end (BLEU, LAAL through the streaming engine) and the ``training.json`` card;
-* ``options``: ``FinetuneOptions``, the typed options of ``simulmt finetune``.
+* ``options``: ``FinetuneOptions``, the typed options of ``simulmt finetune`` (light: the trainer imports them,
+  never the reverse).
 
 Importing this package is light; ``simulmt.finetune.trainer`` imports transformers and peft.
 """
 
-from simulmt.finetune.options import FinetuneOptions, run_finetune
+from simulmt.finetune.options import FinetuneOptions
 from simulmt.finetune.recipes import RECIPES, Recipe, source_first
 from simulmt.finetune.schedules import Schedule, offline, read_n, wait_k
 
@@ -22,8 +23,8 @@ __all__ = ["FinetuneOptions", "RECIPES", "Recipe", "Schedule", "finetune", "offl
 
 
 def __getattr__(name: str):
-    if name == "finetune":  # heavy: transformers' Trainer and peft
-        from simulmt.finetune.trainer import finetune
+    if name in ("finetune", "run_finetune"):  # heavy: transformers' Trainer and peft
+        from simulmt.finetune import trainer
 
-        return finetune
+        return getattr(trainer, name)
     raise AttributeError(f"module 'simulmt.finetune' has no attribute {name!r}")

@@ -8,9 +8,7 @@ trainer (transformers, peft) is imported when the command runs.
 
 from __future__ import annotations
 
-import argparse
 import shlex
-import sys
 from dataclasses import dataclass, field, fields
 
 from simulmt.errors import SimulmtError
@@ -196,15 +194,3 @@ def resume_conflicts(saved: dict, options: FinetuneOptions) -> list[str]:
     """The options of a resumed run that differ from the interrupted run's (``run.json``)."""
     return [f"--{k.replace('_', '-')}: was {saved.get(k)!r}, now {getattr(options, k)!r}"
             for k in _RESUME_KEYS if saved.get(k) != getattr(options, k)]
-
-
-def run_finetune(options: FinetuneOptions, parser: argparse.ArgumentParser | None = None) -> int:
-    """The CLI entry: run (or dry-run) the fine-tuning; a ``SimulmtError`` is printed, exit code 1."""
-    try:
-        from simulmt.finetune.trainer import finetune
-
-        finetune(options)
-    except SimulmtError as exc:
-        print(f"simulmt finetune: error: {exc}", file=sys.stderr)
-        return 1
-    return 0

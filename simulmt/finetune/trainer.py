@@ -412,3 +412,13 @@ def evaluate(translator, pairs: list[data.Pair], session_kwargs: dict, out: Path
             for r in records:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
     return summary
+
+
+def run_finetune(options: FinetuneOptions, parser=None) -> int:
+    """The CLI entry: run (or dry-run) the fine-tuning; a ``SimulmtError`` is printed, exit code 1."""
+    try:
+        finetune(options)
+    except SimulmtError as exc:
+        print(f"simulmt finetune: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
