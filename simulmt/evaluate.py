@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, TextIO
 
 from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS
+from simulmt.core.policies import POLICIES, make_policy
+from simulmt.core.registry import main_parameter, parameters
 from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT, bleu, chrf, latency_scores
 from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, language_field,
                                     model_field, phi_field, slot_field)
@@ -194,11 +196,14 @@ class RunSpec:
 
     @property
     def layout_label(self) -> str:
-        return {"expost": f"expost-slot{self.slot}", "gpe": f"gpe-phi{self.phi}"}.get(self.layout, self.layout)
+        """``expost-slot16``, ``gpe-phi64``, ``prefix``: the layout and its own parameter, if it has one."""
+        parameter = main_parameter(LAYOUTS[self.layout])
+        return f"{self.layout}-{parameter}{getattr(self, parameter)}" if parameter else self.layout
 
     @property
     def policy_label(self) -> str:
-        return {"wait-k": f"wait-{self.value}", "read-n": f"read-{self.value}"}.get(self.policy, self.policy)
+        """``wait-3``, ``read-5``, ``offline``: as the policy describes itself."""
+        return make_policy(self.policy, **self._policy_options()).describe()
 
     @property
     def name(self) -> str:
@@ -212,28 +217,27 @@ class RunSpec:
 
     @property
     def point_label(self) -> str:
-        return {"wait-k": f"k={self.value}", "read-n": f"n={self.value}"}.get(self.policy, self.policy)
+        parameter = main_parameter(POLICIES[self.policy])
+        return f"{parameter}={self.value}" if parameter else self.policy
+
+    def _policy_options(self) -> dict:
+        parameter = main_parameter(POLICIES[self.policy])
+        return {parameter: self.value} if parameter else {}
 
     def session_kwargs(self) -> dict:
-        kwargs = dict(layout=self.layout, policy=self.policy, slot=self.slot, phi=self.phi)
-        if self.policy == "wait-k":
-            kwargs["k"] = self.value
-        if self.policy == "read-n":
-            kwargs["n"] = self.value
-        return kwargs
+        return dict(layout=self.layout, policy=self.policy, slot=self.slot, phi=self.phi, **self._policy_options())
 
     def settings(self) -> dict:
         """What config.json and the signature say about the run (only the parameters that apply)."""
+        applied = {**self._policy_options(), **{p: getattr(self, p) for p in parameters(LAYOUTS[self.layout])}}
         return {"layout": self.layout, "policy": self.policy,
-                "k": self.value if self.policy == "wait-k" else None,
-                "n": self.value if self.policy == "read-n" else None,
-                "slot": self.slot if self.layout == "expost" else None,
-                "phi": self.phi if self.layout == "gpe" else None}
+                **{key: applied.get(key) for key in ("k", "n", "slot", "phi")}}
 
     @classmethod
     def from_config(cls, config: dict) -> RunSpec:
-        value = config["k"] if config["policy"] == "wait-k" else config["n"]
-        return cls(config["layout"], config["policy"], value, config["slot"] or 16, config["phi"] or 256)
+        parameter = main_parameter(POLICIES[config["policy"]])
+        return cls(config["layout"], config["policy"], config[parameter] if parameter else None,
+                   config["slot"] or 16, config["phi"] or 256)
 
 
 @dataclass

@@ -20,15 +20,6 @@ def tiny_translator(arch: str = "llama", chat: bool = True) -> Translator:
     return Translator(make_model(arch, len(tok)), tok, name=f"tiny-{arch}")
 
 
-def read_n_delays(n: int, source_len: int, target_len: int) -> list[int]:
-    """A read-n schedule: word j waits for the multiple of n covering its proportional source position."""
-    out = []
-    for j in range(target_len):
-        need = (j * source_len) // target_len + 1
-        out.append(min(n * -(-need // n), source_len))
-    return out
-
-
 def positions_of_targets(tokens) -> list[int]:
     return [t.position for t in tokens if t.role is Role.TARGET]
 

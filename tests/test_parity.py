@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import SOURCE, TARGET, read_n_delays, teacher_forced_parity, tiny_translator
+from helpers import SOURCE, TARGET, teacher_forced_parity, tiny_translator
 from simulmt.core.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute
 from simulmt.core.placed import Role
-from simulmt.core.policies import wait_k_delays
+from simulmt.finetune.schedules import read_n, wait_k
 from tiny_models import ARCHS
 
 TOLERANCE = 1e-4
 X, Y = len(SOURCE.split()), len(TARGET.split())
-SCHEDULES = {
-    "wait-1": wait_k_delays(1, X, Y),
-    "wait-3": wait_k_delays(3, X, Y),
-    "read-3": read_n_delays(3, X, Y),
+SCHEDULES = {  # the schedules fine-tuning trains on (finetune/schedules.py)
+    "wait-1": wait_k(1, X, Y),
+    "wait-3": wait_k(3, X, Y),
+    "read-3": read_n(3, X, Y),
 }
 LAYOUTS = {
     "expost": lambda: Expost(slot=4),

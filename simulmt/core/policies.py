@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar, Protocol
 
+from simulmt.core.registry import build
 from simulmt.errors import SimulmtError
 
 
@@ -135,14 +136,9 @@ class Scheduled:
 POLICIES = {"wait-k": WaitK, "read-n": ReadN, "offline": Offline}
 
 
-def make_policy(name: str, *, k: int = 3, n: int = 3, max_segment_words: int | None = None) -> Policy:
-    if name == "wait-k":
-        return WaitK(k)
-    if name == "read-n":
-        return ReadN(n, max_segment_words)
-    if name == "offline":
-        return Offline()
-    raise SimulmtError(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)}")
+def make_policy(name: str, **options) -> Policy:
+    """``make_policy("wait-k", k=3, n=5)`` -> ``WaitK(3)``: each policy takes the options it has (registry.py)."""
+    return build(POLICIES, "policy", name, options)
 
 
 def wait_k_delays(k: int, source_length: int, target_length: int) -> list[int]:

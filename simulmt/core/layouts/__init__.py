@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simulmt.errors import SimulmtError
+from simulmt.core.registry import build
 from simulmt.core.layouts.base import Layout, LayoutState
 from simulmt.core.layouts.conversation import Conversation
 from simulmt.core.layouts.expost import Expost
@@ -19,14 +19,9 @@ LAYOUTS: dict[str, type[Layout]] = {
 }
 
 
-def make_layout(name: str, *, slot: int = 16, phi: int = 256) -> Layout:
-    if name not in LAYOUTS:
-        raise SimulmtError(f"unknown layout {name!r}; choose one of: {', '.join(LAYOUTS)}")
-    if name == "expost":
-        return Expost(slot=slot)
-    if name == "gpe":
-        return GroupPositions(phi=phi)
-    return LAYOUTS[name]()
+def make_layout(name: str, **options) -> Layout:
+    """``make_layout("expost", slot=8, phi=64)`` -> ``Expost(slot=8)``: each layout takes the options it has."""
+    return build(LAYOUTS, "layout", name, options)
 
 
 __all__ = ["LAYOUTS", "Layout", "LayoutState", "make_layout", "Expost", "PrefixRecompute", "NaiveReuse",
