@@ -114,7 +114,11 @@ def _field_type(hint) -> tuple[type, bool]:
 
 
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One argument per dataclass field: ``--field-name`` (or positional), typed, with its default and help."""
+    """One argument per dataclass field: ``--field-name`` (or positional), typed, with its default and help.
+
+    Not transformers' ``HfArgumentParser``, which reads the same ``metadata={"help": ...}`` convention: it has no
+    positional fields (``simulmt translate FILE``) nor metavars, and it adds a ``--no_x`` flag for every boolean
+    that defaults to true; the twenty lines here keep the command lines as they are documented."""
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
         base, _ = _field_type(hints[f.name])
