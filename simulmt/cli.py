@@ -371,6 +371,7 @@ def _commands() -> dict[str, Command]:
     from simulmt import bench
     from simulmt import evaluate as evaluation
     from simulmt.finetune import options as finetuning
+    from simulmt.service import server
 
     return {
         "translate": Command(
@@ -396,6 +397,8 @@ def _commands() -> dict[str, Command]:
             "run under it and rebuild results.md, results.json and bleu_laal.png."),
         "bench": Command(bench.BenchOptions, lambda options, sub: bench.run(options, sub, _load_translator),
                          bench.HELP, bench.DESCRIPTION),
+        "serve": Command(server.ServeOptions, lambda options, sub: server.run(options, sub, _load_translator),
+                         server.HELP, server.DESCRIPTION),
         "finetune": Command(
             finetuning.FinetuneOptions, _run_finetune,
             "fine-tune a model for simultaneous translation (policy-consistent, ExPosST §2.3; LoRA by default)",

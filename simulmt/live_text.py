@@ -1,0 +1,60 @@
+"""Text as it arrives on a live stream -> whole words -> sentences.
+
+A client sends text in pieces: whole words, several words, or a word cut in two. ``LiveText.feed`` keeps a trailing
+partial word until the next whitespace (or the end) and returns what the translator should do, in order:
+``Word(text)`` for every complete word, ``Boundary()`` before the first word of a new sentence.
+
+A sentence ends where ``simulmt.segment.ends_sentence`` says so (that needs the next word, so the boundary comes
+with the next word, one word late), at an explicit ``boundary()`` from the client, or after ``max_words`` words
+(the bound that keeps every sentence's context and time bounded, on a talk that runs for hours).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulmt.segment import DEFAULT_MAX_WORDS, ends_sentence
+
+
+@dataclass(frozen=True)
+class Word:
+    text: str
+
+
+@dataclass(frozen=True)
+class Boundary:
+    pass
+
+
+class LiveText:
+    def __init__(self, max_words: int = DEFAULT_MAX_WORDS):
+        self.max_words = max_words
+        self.partial = ""  # the start of a word whose end has not arrived
+        self.last: str | None = None  # the last complete word (its sentence end is decided by the next one)
+        self.in_sentence = 0  # words of the current sentence so far
+
+    def feed(self, text: str) -> list[Word | Boundary]:
+        pieces = (self.partial + text).split()
+        complete = pieces if text[-1:].isspace() else pieces[:-1]
+        self.partial = "" if text[-1:].isspace() or not pieces else pieces[-1]
+        out: list[Word | Boundary] = []
+        for word in complete:
+            if self.last is not None and (ends_sentence(self.last, word) or self.in_sentence >= self.max_words):
+                out.append(Boundary())
+                self.in_sentence = 0
+            out.append(Word(word))
+            self.last = word
+            self.in_sentence += 1
+        return out
+
+    def boundary(self) -> list[Word | Boundary]:
+        """The client says the sentence is over: the partial word is complete, the sentence ends."""
+        out = self.feed(" ") if self.partial else []
+        if self.in_sentence:
+            out.append(Boundary())
+        self.last, self.in_sentence = None, 0
+        return out
+
+    def end(self) -> list[Word | Boundary]:
+        """The input is over: as ``boundary``."""
+        return self.boundary()

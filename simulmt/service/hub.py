@@ -1,0 +1,230 @@
+"""The hub: every client's live stream advanced by ONE engine on ONE model, in a thread of its own.
+
+The web side (``app.py``, asyncio) never touches the model: it turns a client's frames into commands (``open``,
+``text``, ``boundary``, ``end``, ``close``) on a thread-safe queue. The hub's thread applies them and runs engine
+rounds while any stream needs the model; each round's words go back to their client through the client's
+``sink`` (a thread-safe callback), in order::
+
+    client frames -> app (asyncio) -> commands queue -> hub thread: LiveText -> words -> Stream.push
+                                                                    engine.step() (one forward, all streams)
+    client socket <- app (asyncio) <- sink(message) <- words, sentences, errors
+
+A client's talk is unbounded: ``LiveText`` cuts it into sentences and each sentence is a ``Stream`` of its own,
+so memory and context stay bounded for hours. Nothing carries over from one sentence to the next (no context:
+each sentence starts from the prompt). A sentence's stream joins the engine when the previous sentence of the
+same client is finished, so a client receives its words in order; its words wait in the stream until then.
+A client that goes away has its streams removed at once (their cache rows are freed).
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from simulmt.core.engine import Engine
+from simulmt.core.stream import Status, Stream
+from simulmt.errors import SimulmtError
+from simulmt.live_text import Boundary, LiveText, Word
+
+Sink = Callable[[dict], None]
+
+
+@dataclass
+class Client:
+    id: int
+    options: dict  # layout, policy, k, n, slot, phi
+    sink: Sink
+    live: LiveText
+    t0: float = field(default_factory=time.perf_counter)
+    sentences: list[Stream] = field(default_factory=list)  # not finished yet, in order; the first runs
+    words_before: int = 0  # source words of the sentences before the running one
+    sentence_index: int = 0
+    ending: bool = False  # the client sent "end": close once every sentence is finished
+
+
+@dataclass
+class Metrics:
+    clients: int = 0
+    clients_total: int = 0
+    refused_total: int = 0
+    words_in_total: int = 0
+    words_out_total: int = 0
+    sentences_total: int = 0
+    forwards_total: int = 0
+    rows_total: int = 0
+    forward_seconds_total: float = 0.0
+    queue_seconds_total: float = 0.0  # time commands waited before the hub applied them
+    commands_total: int = 0
+
+
+class Hub:
+    def __init__(self, translator, max_streams: int = 16, max_words: int = 64):
+        self.translator = translator
+        self.max_streams = max_streams
+        self.max_words = max_words
+        self.engine = Engine(translator.runner)
+        self.clients: dict[int, Client] = {}
+        self.owner: dict[int, Client] = {}  # id(stream) -> client
+        self.metrics = Metrics()
+        self._commands: queue.Queue = queue.Queue()
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()  # guards the count of admitted clients
+        self._admitted = 0
+        self._thread = threading.Thread(target=self._run, name="simulmt-hub", daemon=True)
+        self._stopping = False
+        self._joined = False
+
+    # ---- called from any thread --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._commands.put(("stop", None, None, time.perf_counter()))
+        self._thread.join(timeout=10)
+
+    def admit(self) -> int | None:
+        """A client id, or None when ``max_streams`` clients are connected (``release`` gives the place back)."""
+        with self._lock:
+            if self._admitted >= self.max_streams:
+                self.metrics.refused_total += 1
+                return None
+            self._admitted += 1
+            return next(self._ids)
+
+    def release(self, client_id: int) -> None:
+        """The client's connection is gone: its streams leave the engine, its place is free."""
+        self.send("close", client_id)
+        with self._lock:
+            self._admitted -= 1
+
+    def send(self, kind: str, client_id: int, payload=None) -> None:
+        """``open`` (payload: (options, sink)), ``text`` (payload: str), ``boundary``, ``end``, ``close``."""
+        self._commands.put((kind, client_id, payload, time.perf_counter()))
+
+    # ---- the hub's thread ----------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        busy = False
+        while not self._stopping:
+            try:  # wait for a command only when no stream needs the model
+                command = self._commands.get_nowait() if busy else self._commands.get()
+            except queue.Empty:
+                command = None
+            while command is not None:
+                self._apply(*command)
+                try:
+                    command = self._commands.get_nowait()
+                except queue.Empty:
+                    command = None
+            self._joined = False
+            busy = (self._round() or self._joined) if self.engine.streams else False
+
+    def _apply(self, kind: str, client_id: int, payload, queued_at: float) -> None:
+        self.metrics.commands_total += 1
+        self.metrics.queue_seconds_total += time.perf_counter() - queued_at
+        if kind == "stop":
+            return
+        if kind == "open":
+            options, sink = payload
+            self.clients[client_id] = Client(client_id, options, sink, LiveText(self.max_words))
+            self.metrics.clients = len(self.clients)
+            self.metrics.clients_total += 1
+            return
+        client = self.clients.get(client_id)
+        if client is None:
+            return
+        if kind == "close":
+            self._drop(client)
+            return
+        if client.ending:
+            client.sink({"type": "error", "message": "the input has ended; no more text is taken"})
+            return
+        if kind == "text":
+            actions = client.live.feed(payload)
+        elif kind == "boundary":
+            actions = client.live.boundary()
+        else:  # end
+            actions = client.live.end()
+            client.ending = True
+        for action in actions:
+            try:
+                self._act(client, action)
+            except SimulmtError as exc:
+                client.sink({"type": "error", "message": str(exc)})
+        if client.ending and not client.sentences:
+            self._finish(client)
+
+    def _act(self, client: Client, action: Word | Boundary) -> None:
+        if isinstance(action, Boundary):
+            if client.sentences and not client.sentences[-1].stream_finished:
+                client.sentences[-1].push([], finished=True)
+            return
+        self.metrics.words_in_total += 1
+        if not client.sentences or client.sentences[-1].stream_finished:
+            stream = self.translator.new_stream(**client.options)
+            self.owner[id(stream)] = client
+            client.sentences.append(stream)
+            if len(client.sentences) == 1:
+                self.engine.add(stream)
+        client.sentences[-1].push([action.text])
+
+    def _round(self) -> bool:
+        started = time.perf_counter()
+        forwards = self.engine.stats.forwards
+        events = self.engine.step()
+        if self.engine.stats.forwards > forwards:
+            self.metrics.forwards_total += 1
+            self.metrics.rows_total += self.engine.stats.batch_sizes[-1]
+            self.metrics.forward_seconds_total += time.perf_counter() - started
+        for event in events:
+            client = self.owner.get(id(event.stream))
+            if client is None:
+                continue
+            now = (time.perf_counter() - client.t0) * 1000.0
+            for word in event.words:
+                for piece in word.text.split():
+                    client.sink({"type": "word", "text": piece, "delay": client.words_before + word.delay,
+                                 "elapsed_ms": round(now, 1), "sentence": client.sentence_index})
+                    self.metrics.words_out_total += 1
+            if event.status is Status.DONE:
+                self._sentence_done(client, event.stream, event.error)
+        return any(e.status is Status.NEEDS_MODEL for e in events)
+
+    def _sentence_done(self, client: Client, stream: Stream, error: SimulmtError | None) -> None:
+        result = stream.result()
+        if error is not None:
+            client.sink({"type": "error", "message": f"sentence {client.sentence_index}: {error}"})
+        delays = [client.words_before + d for d in result.delays]
+        client.sink({"type": "sentence", "index": client.sentence_index, "source": result.source,
+                     "translation": result.prediction, "delays": delays})
+        self.metrics.sentences_total += 1
+        self.owner.pop(id(stream), None)
+        client.sentences.pop(0)
+        client.words_before += result.source_length
+        client.sentence_index += 1
+        if client.sentences:  # the next sentence of this client runs now
+            nxt = client.sentences[0]
+            if nxt.done:  # e.g. nothing to translate
+                self._sentence_done(client, nxt, None)
+                return
+            self.engine.add(nxt)
+            self._joined = True  # it has not been stepped yet: one more round
+        elif client.ending:
+            self._finish(client)
+
+    def _finish(self, client: Client) -> None:
+        client.sink({"type": "end"})
+        self._drop(client)
+
+    def _drop(self, client: Client) -> None:
+        for stream in client.sentences:
+            self.owner.pop(id(stream), None)
+            if any(s is stream for s in self.engine.streams):
+                self.engine.remove(stream)  # its cache row is freed at once
+        client.sentences = []
+        self.clients.pop(client.id, None)
+        self.metrics.clients = len(self.clients)

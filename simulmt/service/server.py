@@ -1,0 +1,84 @@
+"""``simulmt serve``: options, checks and the uvicorn server around the hub and the app."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from simulmt.errors import SimulmtError
+from simulmt.option_fields import adapter_field, device_field, dtype_field, language_field, model_field
+from simulmt.core.prompt_format import language_name
+
+HELP = "serve live translation: a WebSocket per stream, many streams on one model, a live-caption page"
+DESCRIPTION = ("Serve simultaneous translation over WebSockets (/v1/stream), with /health, /metrics and a "
+               "live-caption page at /. Every client's stream is advanced by one engine on one model.")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str = field(default="127.0.0.1", metadata={
+        "help": "address to bind; anything but loopback needs --token"})
+    port: int = field(default=8000, metadata={"help": "port (0: any free port)"})
+    model: str | None = model_field()
+    adapter: str = adapter_field()
+    source_lang: str = language_field("en", "source")
+    target_lang: str = language_field("de", "target")
+    max_streams: int = field(default=16, metadata={"help": "concurrent streams; the next client is refused"})
+    token: str | None = field(default=None, metadata={
+        "help": "clients must give it (query token=... or 'Authorization: Bearer ...')", "metavar": "T"})
+    max_words: int = field(default=64, metadata={"help": "a sentence is cut after this many source words"})
+    idle_timeout: float = field(default=300.0, metadata={"help": "close a client silent for this many seconds"})
+    max_frame_bytes: int = field(default=65536, metadata={"help": "largest client frame"})
+    device: str | None = device_field()
+    dtype: str = dtype_field()
+
+    def __post_init__(self):
+        for name in ("max_streams", "max_words", "max_frame_bytes"):
+            if getattr(self, name) < 1:
+                raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not 0 <= self.port <= 65535:
+            raise SimulmtError(f"--port must be in 0..65535, got {self.port}")
+        if self.idle_timeout <= 0:
+            raise SimulmtError(f"--idle-timeout must be positive, got {self.idle_timeout}")
+        if not is_loopback(self.host) and not self.token:
+            raise SimulmtError(f"binding {self.host} (not loopback) needs --token: anyone who can reach it could "
+                               f"use the model")
+        language_name(self.source_lang)
+        language_name(self.target_lang)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(options: ServeOptions, parser, load_translator: Callable) -> int:
+    import uvicorn
+
+    from simulmt.service.app import create_app
+    from simulmt.service.hub import Hub
+
+    try:
+        translator = load_translator(model=options.model, adapter=options.adapter, source_lang=options.source_lang,
+                                     target_lang=options.target_lang, device=options.device, dtype=options.dtype)
+    except SimulmtError as exc:
+        print(f"simulmt: error: {exc}", file=sys.stderr)
+        return 1
+    hub = Hub(translator, max_streams=options.max_streams, max_words=options.max_words)
+    hub.start()
+    app = create_app(hub, token=options.token, max_frame_bytes=options.max_frame_bytes,
+                     idle_timeout=options.idle_timeout)
+    print(f"simulmt serve: {translator.name} on http://{options.host}:{options.port}/ "
+          f"(WebSocket /v1/stream, max {options.max_streams} streams)", file=sys.stderr, flush=True)
+    try:
+        uvicorn.run(app, host=options.host, port=options.port, log_level="warning",
+                    ws_max_size=options.max_frame_bytes * 4)
+    finally:
+        hub.stop()
+    return 0
