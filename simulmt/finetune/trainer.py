@@ -374,26 +374,21 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
 
 # ---- the evaluation at the end ---------------------------------------------------------------------------------
 def evaluate(translator, pairs: list[data.Pair], session_kwargs: dict, out: Path | None = None,
-             progress: bool = False) -> dict:
-    """Translate ``pairs`` with the streaming engine; BLEU (sacrebleu) and AL / LAAL (SimulEval's definitions)."""
+             progress: bool = False, batch_size: int = 8) -> dict:
+    """Translate ``pairs`` with the streaming engine (``batch_size`` streams at a time: the same output as one by
+    one); BLEU (sacrebleu) and AL / LAAL (SimulEval's definitions)."""
     from simulmt.metrics.latency import latency_scores
     from simulmt.metrics.quality import bleu
 
-    iterator = pairs
+    records, started = [], time.perf_counter()
+    translations = translator.translate_iter((p.source for p in pairs), batch_size=batch_size, **session_kwargs)
     if progress:
         from tqdm import tqdm
 
-        iterator = tqdm(pairs, desc="evaluating", unit="line", dynamic_ncols=True)
-    records, started = [], time.perf_counter()
+        translations = tqdm(translations, total=len(pairs), desc="evaluating", unit="line", dynamic_ncols=True)
     with torch.no_grad():
-        for pair in iterator:
-            try:
-                result = translator.translate(pair.source, **session_kwargs)
-                record = {**result.to_json(), "reference": pair.target}
-            except SimulmtError as exc:
-                record = {"source": pair.source, "prediction": "", "delays": [], "reference": pair.target,
-                          "source_length": len(pair.source.split()), "error": str(exc)}
-            records.append(record)
+        for pair, result in zip(pairs, translations):
+            records.append({**result.to_json(), "reference": pair.target})
     predictions = [r["prediction"] for r in records]
     score, signature = bleu(predictions, [p.target for p in pairs])
     try:
