@@ -10,6 +10,7 @@ import threading
 import time
 import urllib.request
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -94,9 +95,21 @@ def test_words_and_sentences_arrive_in_order_and_equal_translate(service):
     assert not [m for m in messages if m["type"] == "error"]
 
 
-def test_no_cross_talk_between_concurrent_clients(service):
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "test2016.en"
+
+
+def sixteen_lines(source: str) -> list[str]:
+    if source == "corpus":
+        return [line for line in CORPUS if line.split()][:16]
+    if not MULTI30K.exists():
+        pytest.skip(f"{MULTI30K} is not here (the project's data folder)")
+    return MULTI30K.read_text(encoding="utf-8").splitlines()[:16]
+
+
+@pytest.mark.parametrize("source", ["corpus", pytest.param("multi30k", marks=pytest.mark.data)])
+def test_no_cross_talk_between_concurrent_clients(service, source):
     address, hub = service
-    lines = [line for line in CORPUS if line.split()][:16]
+    lines = sixteen_lines(source)
     results: dict[int, list[dict]] = {}
 
     def client(i: int) -> None:
