@@ -92,13 +92,17 @@ class EvaluateOptions:
         "help": "evaluate the first N lines only (default: all)", "metavar": "N"})
     ms_per_word: float = field(default=DEFAULT_MS_PER_SOURCE_UNIT, metadata={
         "help": "source rate assumed by the computation-aware latency (*_CA): ms per source word"})
+    max_words: int = field(default=256, metadata={
+        "help": "refuse, before the model loads, a source line longer than this many words (a test set holds one "
+                "sentence per line; a talk on one line would run for hours)", "metavar": "N"})
     batch_size: int = batch_size_field()
     device: str | None = device_field()
     dtype: str = dtype_field()
 
     def __post_init__(self):
-        if self.batch_size < 1:
-            raise SimulmtError(f"--batch-size must be at least 1, got {self.batch_size}")
+        for name in ("batch_size", "max_words"):
+            if getattr(self, name) < 1:
+                raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         for name in ("source", "reference", "output"):
             if not getattr(self, name):
                 raise SimulmtError(f"--{name} is required")
@@ -274,8 +278,11 @@ def _read_lines(path: Path, what: str) -> tuple[list[str], str]:
     return [line.strip() for line in lines], hashlib.sha256(data).hexdigest()
 
 
-def read_test_set(source: str | Path, reference: str | Path, lines: int | None = None) -> TestSet:
-    """Line-aligned source and reference (stripped, as SimulEval reads them); the first ``lines`` of each."""
+def read_test_set(source: str | Path, reference: str | Path, lines: int | None = None,
+                  max_words: int | None = None) -> TestSet:
+    """Line-aligned source and reference (stripped, as SimulEval reads them); the first ``lines`` of each. A source
+    line of more than ``max_words`` words is refused at once: evaluation scores one sentence per line, and a talk
+    on one line would run for hours before it ran out of context."""
     source_path, reference_path = Path(source).resolve(), Path(reference).resolve()
     sources, source_hash = _read_lines(source_path, "source")
     references, reference_hash = _read_lines(reference_path, "reference")
@@ -288,6 +295,12 @@ def read_test_set(source: str | Path, reference: str | Path, lines: int | None =
         if lines > len(sources):
             raise SimulmtError(f"--lines {lines} asks for more lines than the test set has ({len(sources)})")
         sources, references = sources[:lines], references[:lines]
+    if max_words is not None:
+        for number, text in enumerate(sources, 1):
+            if len(text.split()) > max_words:
+                raise SimulmtError(f"line {number} of {source_path} has {len(text.split())} words, more than "
+                                   f"--max-words {max_words}: evaluation scores one sentence per line (as SimulEval "
+                                   f"does); split the line into sentences, or raise --max-words")
     return TestSet(source_path, reference_path, sources, references, source_hash, reference_hash)
 
 
@@ -516,7 +529,7 @@ def evaluate(translator: "Translator", options: EvaluateOptions, *, progress: bo
     """Translate and score every run of the grid into ``options.output`` (continuing unfinished runs), write the
     grid's results.md, results.json and bleu_laal.png, and return the runs' results (by layout, policy, k or n;
     offline last: the order of ``simulmt score``)."""
-    test_set = read_test_set(options.source, options.reference, options.lines)
+    test_set = read_test_set(options.source, options.reference, options.lines, options.max_words)
     output = Path(options.output)
     if output.exists() and not output.is_dir():
         raise SimulmtError(f"--output {output} exists and is not a directory")
@@ -640,7 +653,7 @@ def print_table(results: list[RunResult], file: TextIO | None = None) -> None:
 def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentParser,
                          load_translator: Callable[..., "Translator"]) -> int:
     try:  # the inputs are checked before the model loads
-        read_test_set(options.source, options.reference, options.lines)
+        read_test_set(options.source, options.reference, options.lines, options.max_words)
     except SimulmtError as exc:
         parser.error(str(exc))
     try:

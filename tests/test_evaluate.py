@@ -318,3 +318,14 @@ def test_batch_size_gives_the_same_log_and_says_so_in_the_signature(tmp_path, da
         assert b.scores["signature"]["batch_size"] == 3 and "elapsed:in-engine,batch:3" in \
             b.scores["signature"]["latency"]
         assert a.scores["signature"]["batch_size"] == 1 and "in-engine" not in a.scores["signature"]["latency"]
+
+
+def test_a_line_longer_than_max_words_is_refused_before_loading(tmp_path, data, loads, capsys):
+    source, reference = tmp_path / "long.en", tmp_path / "long.de"
+    source.write_text("A short line .\n" + " ".join(["word"] * 300) + "\n", encoding="utf-8")
+    reference.write_text("Eine kurze Zeile .\nWort\n", encoding="utf-8")
+    args = ["evaluate", "--source", str(source), "--reference", str(reference), "--output", str(tmp_path / "o")]
+    assert cli.main(args) == 2
+    assert "line 2 of" in capsys.readouterr().err and not loads
+    assert cli.main(args + ["--max-words", "0"]) == 2
+    assert "--max-words must be at least 1" in capsys.readouterr().err
