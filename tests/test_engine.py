@@ -208,3 +208,15 @@ def test_cache_rows_keep_their_own_lengths():
         cache.crop(1, 2)
     cache.remove_row(1)
     assert cache.rows == 2 and cache.lengths == [1, 1] and cache.keys[0].shape[0] == 2
+
+
+def test_an_architecture_whose_logits_are_not_its_head_is_refused():
+    """The engine applies the LM head itself: a model that scales its logits otherwise is caught at load."""
+    from simulmt.core.runner import ModelRunner
+    from tiny_models import make_model, make_tokenizer
+
+    model = make_model("llama", len(make_tokenizer(chat=True)))
+    ModelRunner(model)  # a plain model passes
+    model.register_forward_hook(lambda module, args, output: output.__class__(logits=output.logits * 2.0))
+    with pytest.raises(SimulmtError, match="does not support this architecture"):
+        ModelRunner(model)

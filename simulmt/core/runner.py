@@ -98,6 +98,22 @@ class ModelRunner:
         self.decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
         self.head = model.get_output_embeddings()
         self.softcap = getattr(config, "final_logit_softcapping", None)
+        self._check_head()
+
+    @torch.no_grad()
+    def _check_head(self) -> None:
+        """The engine runs the decoder and applies the LM head itself; make sure that gives the model's own logits
+        (an architecture that scales its logits some other way would otherwise decode silently wrong)."""
+        ids = torch.tensor([[1, 2]], device=self.device)
+        own = self.model(input_ids=ids, use_cache=False).logits[0, -1].float()
+        hidden = self.decoder(input_ids=ids, use_cache=False).last_hidden_state[0, -1:]
+        mine = self.head(hidden)[0]
+        if self.softcap:
+            mine = torch.tanh(mine / self.softcap) * self.softcap
+        if not torch.allclose(mine.float(), own, rtol=1e-2, atol=1e-2 * max(1.0, float(own.abs().max()))):
+            raise SimulmtError(f"{type(self.model).__name__}: its logits are not its LM head applied to its decoder's "
+                               f"last hidden state (max difference {float((mine.float() - own).abs().max()):.3g}); "
+                               f"simulmt's engine does not support this architecture yet")
 
     def masks(self, visible: torch.Tensor, query_start: int):
         """(Q, K) boolean -> the ``attention_mask`` argument: a (1, 1, Q, K) float tensor, or a dict of them."""
