@@ -62,8 +62,10 @@ def test_wait_k_streaming_on_a_real_model(name):
     result = tr.translate(SOURCE, Expost(slot=16), WaitK(3))
     x = len(SOURCE.split())
     assert result.prediction
-    assert result.delays == [min(3 + j, x) for j in range(len(result.delays))]
-    assert result.refed_tokens == result.cache_crops <= len(result.delays)
+    # never earlier than wait-3; later where the model ended early (an early end is a READ)
+    assert all(d >= min(3 + j, x) for j, d in enumerate(result.delays)) and result.delays == sorted(result.delays)
+    # one rolled-back token per read that follows target text: at most one per source word
+    assert result.refed_tokens == result.cache_crops <= x
 
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
