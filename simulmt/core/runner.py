@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from simulmt.errors import SimulmtError
-from simulmt.core.visibility import additive, sliding, sliding_rows
+from simulmt.core.visibility import additive, sliding
 
 
 @dataclass(frozen=True)
@@ -63,24 +63,20 @@ def attention_spec(model) -> tuple[list[str], int | None]:
 
 def render_masks(visible: torch.Tensor, query_start: int, attention_types: list[str], window: int | None,
                  dtype: torch.dtype, device=None):
-    """(B, Q, K) boolean -> the ``attention_mask`` argument: a (B, 1, Q, K) float tensor, or a dict of them keyed
-    by attention type when the layers differ (sliding layers also hide keys ``window`` or more indices back)."""
-    out = {}
-    for kind in attention_types:
-        v = visible
-        if kind == "sliding_attention" and window:
-            v = visible & sliding(torch.ones(visible.shape[-2:], dtype=torch.bool), query_start, window)
-        out[kind] = additive(v, dtype).unsqueeze(1).to(device)
-    return out if len(out) > 1 else out[attention_types[0]]
+    """(B, Q, K) boolean, queries at key indices ``query_start`` .. -> the ``attention_mask`` argument (training
+    batches and one stream)."""
+    q_index = torch.arange(query_start, query_start + visible.shape[-2]).expand(visible.shape[:-1])
+    return render_row_masks(visible, q_index, attention_types, window, dtype, device)
 
 
 def render_row_masks(visible: torch.Tensor, q_index: torch.Tensor, attention_types: list[str], window: int | None,
                      dtype: torch.dtype, device=None):
-    """(R, Q, K) boolean for a batch of rows (``q_index``: each query's key index, -1 for padding) -> (R, 1, Q, K)
-    float mask(s), a dict keyed by attention type when the layers differ."""
+    """(R, Q, K) boolean, ``q_index`` (R, Q) each query's key index -> a (R, 1, Q, K) float tensor, or a dict of
+    them keyed by attention type when the layers differ (sliding layers also hide keys ``window`` or more indices
+    back)."""
     out = {}
     for kind in attention_types:
-        v = sliding_rows(visible, q_index, window) if kind == "sliding_attention" and window else visible
+        v = sliding(visible, q_index, window) if kind == "sliding_attention" and window else visible
         out[kind] = additive(v, dtype).unsqueeze(1).to(device)
     return out if len(out) > 1 else out[attention_types[0]]
 
@@ -166,21 +162,6 @@ class ModelRunner:
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits.float(), hidden.float() if features else None
-
-
-def new_cache():
-    from transformers import DynamicCache
-
-    return DynamicCache()
-
-
-def crop_cache(cache, keep: int) -> None:
-    """Keep the first ``keep`` positions of the cache (transformers 5 crops by a negative count to remove)."""
-    remove = cache.get_seq_length() - keep
-    if remove < 0:
-        raise ValueError(f"cannot keep {keep} cached tokens: the cache holds {cache.get_seq_length()}")
-    if remove:
-        cache.crop(-remove)
 
 
 class ContextOverflowError(SimulmtError):

@@ -301,10 +301,6 @@ class Stream:
         self.forward_calls += 1
         self.flops += flops
 
-    def visible(self, request: ForwardRequest) -> torch.Tensor:
-        """The (Q, keep + Q) visibility of a request's queries over the stream's own keys."""
-        return self.layout.visibility.matrix(self.fed[: request.keep] + list(request.tokens), request.keep)
-
     # ---- steps -----------------------------------------------------------------------------------------------
     def _read(self) -> None:
         self.layout.read(self.state, self.units[self.state.units_read])

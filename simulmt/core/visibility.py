@@ -53,31 +53,20 @@ def visible_rows(q_index: torch.Tensor, q_target: torch.Tensor, k_target: torch.
                  source_sees_target: torch.Tensor) -> torch.Tensor:
     """The rule for a batch of rows (one stream per row, keys in the row's time order == its cache order).
 
-    ``q_index`` (R, Q): the key index each query is stored at (-1: a padding query); ``q_target`` (R, Q) and
-    ``k_target`` (R, K): target-side flags; ``source_sees_target`` (R,): the layout's flag. Returns (R, Q, K).
-    A padding query sees key 0 only (its output is never used; a row of the mask is never empty).
+    ``q_index`` (R, Q): the key index each query is stored at; ``q_target`` (R, Q) and ``k_target`` (R, K):
+    target-side flags; ``source_sees_target`` (R,): the layout's flag. Returns (R, Q, K).
     """
     k_idx = torch.arange(k_target.shape[1], device=k_target.device)
     visible = k_idx[None, None, :] <= q_index[:, :, None]  # causal in time order
     blocked = ~q_target[:, :, None] & k_target[:, None, :] & ~source_sees_target[:, None, None]
-    visible = visible & ~blocked
-    padding = (q_index < 0)[:, :, None] & (k_idx == 0)[None, None, :]
-    return visible | padding
+    return visible & ~blocked
 
 
-def sliding(visible: torch.Tensor, query_start: int, window: int) -> torch.Tensor:
-    """Restrict a (Q, K) visibility matrix to keys less than ``window`` indices behind each query."""
-    q_idx = torch.arange(query_start, query_start + visible.shape[0]).unsqueeze(1)
-    k_idx = torch.arange(visible.shape[1]).unsqueeze(0)
-    return visible & (q_idx - k_idx < window)
-
-
-def sliding_rows(visible: torch.Tensor, q_index: torch.Tensor, window: int) -> torch.Tensor:
-    """(R, Q, K) visibility restricted to keys less than ``window`` indices behind each query (padding queries
-    keep their key 0)."""
+def sliding(visible: torch.Tensor, q_index: torch.Tensor, window: int) -> torch.Tensor:
+    """(R, Q, K) visibility restricted to keys less than ``window`` indices behind each query (``q_index`` (R, Q):
+    each query's key index)."""
     k_idx = torch.arange(visible.shape[-1], device=visible.device)
-    near = (q_index[:, :, None] - k_idx[None, None, :] < window) | (q_index < 0)[:, :, None]
-    return visible & near
+    return visible & (q_index[:, :, None] - k_idx[None, None, :] < window)
 
 
 def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
