@@ -278,6 +278,33 @@ def test_resume_continues_the_same_run(corpus, tmp_path):
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+def test_init_adapter_continues_a_trained_adapter(corpus, tmp_path):
+    """--init-adapter starts from the adapter's weights (its first loss is the trained adapter's, far below a fresh
+    adapter's) and trains them on (the loss keeps falling); a bfloat16-stored adapter trains in float32."""
+    from safetensors.torch import load_file, save_file
+
+    from simulmt.finetune.trainer import finetune
+
+    first = finetune(options(corpus, tmp_path / "first", max_steps=8), translator=fresh_translator("llama"),
+                     progress=False)
+    stored = tmp_path / "first" / "adapter" / "adapter_model.safetensors"
+    save_file({k: v.to(torch.bfloat16) for k, v in load_file(stored).items()}, str(stored))  # as shipped
+    fresh = finetune(options(corpus, tmp_path / "fresh", max_steps=1), translator=fresh_translator("llama"),
+                     progress=False)
+    cont = finetune(options(corpus, tmp_path / "cont", max_steps=4, init_adapter=str(tmp_path / "first" / "adapter")),
+                    translator=fresh_translator("llama"), progress=False)
+    start, fresh_start = cont["loss_history"][0]["loss"], fresh["loss_history"][0]["loss"]
+    assert abs(start - first["loss_history"][-1]["loss"]) < 0.5 * (fresh_start - first["loss_history"][-1]["loss"])
+    assert cont["loss_history"][-1]["loss"] < start
+    assert cont["hyperparameters"]["adapter"]["init_adapter"] == str(tmp_path / "first" / "adapter")
+    trained = load_file(tmp_path / "cont" / "adapter" / "adapter_model.safetensors")
+    assert all(v.dtype == torch.float32 for v in trained.values())
+    with pytest.raises(SimulmtError, match="no adapter_config.json"):
+        finetune(options(corpus, tmp_path / "bad", init_adapter=str(tmp_path)), translator=fresh_translator("llama"))
+    with pytest.raises(SimulmtError, match="does not go with --full"):
+        options(corpus, tmp_path / "bad", init_adapter="x", full=True)
+
+
 # ---- the command line ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args, message", [
     ([], "give exactly one training source"),

@@ -66,6 +66,9 @@ class FinetuneOptions:
     lora_targets: str = field(default="all-linear", metadata={
         "help": "modules that get LoRA: all-linear, or comma-separated names (q_proj,v_proj,...)"})
     full: bool = field(default=False, metadata={"help": "fine-tune every weight instead of a LoRA adapter"})
+    init_adapter: str | None = field(default=None, metadata={
+        "help": "continue training this LoRA adapter (a shipped adapter's name or a PEFT directory) instead of a "
+                "fresh one; its rank, alpha and target modules are the adapter's own", "metavar": "ADAPTER"})
     # ---- optimisation ----
     lr: float | None = field(default=None, metadata={
         "help": "peak learning rate (default: 2e-4 with LoRA, as in the paper; 1e-5 with --full)"})
@@ -145,6 +148,8 @@ class FinetuneOptions:
             raise SimulmtError(f"--warmup-steps must be 0 or more, got {self.warmup_steps}")
         if self.weight_decay < 0 or not 0 <= self.lora_dropout < 1 or self.lora_alpha <= 0 or self.max_grad_norm <= 0:
             raise SimulmtError("--weight-decay >= 0, 0 <= --lora-dropout < 1, --lora-alpha > 0 and --max-grad-norm > 0")
+        if self.init_adapter is not None and self.full:
+            raise SimulmtError("--init-adapter continues a LoRA adapter: it does not go with --full")
         if self.eval_lines < 0:
             raise SimulmtError(f"--eval-lines must be 0 or more, got {self.eval_lines}")
 
@@ -186,7 +191,7 @@ class FinetuneOptions:
 # Options that must not change when a run is resumed (they change the data, the model or the batches).
 _RESUME_KEYS = ("train_source", "train_target", "train_tsv", "train_jsonl", "train_dataset", "dataset_split",
                 "source_field", "target_field", "limit", "source_lang", "target_lang", "model", "recipe", "policy",
-                "k", "k_mix", "n", "slot", "phi", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "full",
+                "k", "k_mix", "n", "slot", "phi", "init_adapter", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "full",
                 "max_length", "batch_size", "grad_accum", "sampling", "seed")
 
 

@@ -196,12 +196,25 @@ def _check_output(options: FinetuneOptions, out: Path) -> str | None:
     return None
 
 
-def _wrap_model(model, options: FinetuneOptions):
+def _wrap_model(model, options: FinetuneOptions, model_name: str):
     if options.full:
         for p in model.parameters():
             p.requires_grad_(True)
         return model
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if options.init_adapter is not None:  # continued training: the adapter's weights and shape, trainable
+        from simulmt.adapters import resolve_adapter
+
+        resolved = resolve_adapter(options.init_adapter, model_name)
+        if resolved is None:
+            raise SimulmtError(f"--init-adapter {options.init_adapter!r} names no adapter")
+        if not (resolved[1] / "adapter_config.json").is_file():
+            raise SimulmtError(f"--init-adapter: not a PEFT adapter directory (no adapter_config.json): {resolved[1]}")
+        try:  # autocast_adapter_dtype: an adapter stored in bfloat16 trains in float32
+            return PeftModel.from_pretrained(model, str(resolved[1]), is_trainable=True, autocast_adapter_dtype=True)
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise SimulmtError(f"--init-adapter {resolved[1]} could not be put on {model_name}: {exc}") from exc
 
     targets = options.lora_targets
     target_modules = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
@@ -301,7 +314,7 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
         return card
 
     torch.manual_seed(options.seed)  # LoRA initialisation
-    model = _wrap_model(translator.model, options)
+    model = _wrap_model(translator.model, options, model_name)
     types, window = attention_spec(model)
     pad_id = translator.tokenizer.pad_token_id
     pad_id = pad_id if pad_id is not None else translator.fmt.end_id
@@ -318,7 +331,9 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
         if resume_from is None:
             (out / "run.json").write_text(json.dumps({"options": asdict(options)}, indent=2) + "\n")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    _say(f"training {trainable:,} parameters ({'full' if options.full else f'LoRA r={options.lora_rank}'}), "
+    kind = "full" if options.full else (f"LoRA from {options.init_adapter}" if options.init_adapter
+                                         else f"LoRA r={options.lora_rank}")
+    _say(f"training {trainable:,} parameters ({kind}), "
          f"{args.max_steps if args.max_steps > 0 else total_steps} steps of {options.batch_size} x "
          f"{options.grad_accum} sequences" + (f", resuming from {resume_from}" if resume_from else ""))
 
@@ -346,7 +361,8 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
                             "adapter": "full" if options.full else {"lora_rank": options.lora_rank,
                                                                    "lora_alpha": options.lora_alpha,
                                                                    "lora_dropout": options.lora_dropout,
-                                                                   "lora_targets": options.lora_targets},
+                                                                   "lora_targets": options.lora_targets,
+                                                                   "init_adapter": options.init_adapter},
                             "seed": options.seed, "bf16": options.bf16},
     })
     final_dir = out / ("model" if options.full else "adapter")
