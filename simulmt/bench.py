@@ -52,7 +52,7 @@ if typing.TYPE_CHECKING:
 
 OFFLINE = "offline"
 OFFLINE_LAYOUT = "prefix"  # offline decoding: contiguous positions, nothing is ever fed twice
-DEFAULT_LAYOUTS = ",".join(LAYOUTS)
+DEFAULT_LAYOUTS = "expost,prefix,naive,conversation,gpe"  # simulmask: naive's cost (ALiBi aside)
 
 HELP = "measure the compute cost of streaming per layout and policy, as ratios to offline decoding"
 DESCRIPTION = (

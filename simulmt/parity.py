@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from simulmt.core.examples import IGNORE, TrainingExample
 from simulmt.core.layouts import Layout
 from simulmt.core.placed import Role
@@ -47,8 +49,10 @@ def teacher_forced_parity(tr: Translator, layout: Layout, source: str, target: s
     proposals = {key(p.context): p.logits for p in session.proposals}
     max_diff, labels, unmatched = 0.0, 0, 0
     for ex in examples:
+        sides = torch.tensor([t.role.target_side for t in ex.tokens])
         logits, _ = tr.runner.forward(ex.input_ids.tolist(), ex.position_ids.tolist(), ex.visible(layout), 0,
-                                      cache=None, logits_to_keep=0)
+                                      cache=None, logits_to_keep=0, target_side=sides,
+                                      distance=layout.visibility.distance)
         for i, label in enumerate(ex.labels):
             if label == IGNORE:
                 continue

@@ -28,8 +28,8 @@ def steered(prefer, arch: str = "llama", extra_tokens: tuple[str, ...] = ()) -> 
     tr = Translator(make_model(arch, len(tok)), tok, name=f"steered-{arch}")
     forward = tr.runner.forward_packed
 
-    def steered_forward(ids, positions, visible, q_index, last, cache, features=False):
-        logits, hidden = forward(ids, positions, visible, q_index, last, cache, features)
+    def steered_forward(ids, positions, visible, q_index, last, cache, *args, **kwargs):
+        logits, hidden = forward(ids, positions, visible, q_index, last, cache, *args, **kwargs)
         for row, query in enumerate(last.tolist()):
             target = prefer(int(ids[query]))
             if target is not None:

@@ -6,6 +6,7 @@ embedded multilingual corpus, and the models are freshly initialised from a seed
 Public API:
     make_tokenizer(chat=False) -> transformers.PreTrainedTokenizerFast   (cached)
     ARCHS = ("llama", "qwen2", "gemma3", "mistral", "phi3")
+ALIBI_ARCHS = ("bloom", "falcon")
     make_model(arch, vocab_size, seed=0, attn_implementation="eager") -> PreTrainedModel
 
 Special token ids are fixed: <pad>=0, <unk>=1, <bos>=2, <eos>=3, <start_of_turn>=4,
@@ -23,6 +24,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 __all__ = [
     "ARCHS",
+    "ALIBI_ARCHS",
     "CORPUS",
     "SPECIAL_TOKENS",
     "CHAT_TEMPLATE",
@@ -143,6 +145,7 @@ def make_tokenizer(chat: bool = False) -> transformers.PreTrainedTokenizerFast:
 
 
 ARCHS = ("llama", "qwen2", "gemma3", "mistral", "phi3")
+ALIBI_ARCHS = ("bloom", "falcon")
 
 _COMMON = dict(
     hidden_size=32,
@@ -184,7 +187,16 @@ def _config(arch: str, vocab_size: int) -> transformers.PretrainedConfig:
             layer_types=["sliding_attention", "sliding_attention", "full_attention"],
             **kw,
         )
-    raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
+    # ALiBi models (no position ids): Bloom, and Falcon in its RW form (falcon-rw-1b: alibi, no parallel attention)
+    alibi = dict(vocab_size=vocab_size, hidden_size=32, initializer_range=_INIT_STD, pad_token_id=PAD_ID,
+                 bos_token_id=BOS_ID, eos_token_id=EOS_ID, tie_word_embeddings=False, use_cache=True)
+    if arch == "bloom":
+        return transformers.BloomConfig(n_layer=3, n_head=4, **alibi)
+    if arch == "falcon":
+        return transformers.FalconConfig(num_hidden_layers=3, num_attention_heads=4, alibi=True, multi_query=False,
+                                         new_decoder_architecture=False, parallel_attn=False, bias=True,
+                                         max_position_embeddings=512, **alibi)
+    raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS + ALIBI_ARCHS}")
 
 
 _MODEL_CLASSES = {
@@ -193,6 +205,8 @@ _MODEL_CLASSES = {
     "gemma3": "Gemma3ForCausalLM",
     "mistral": "MistralForCausalLM",
     "phi3": "Phi3ForCausalLM",
+    "bloom": "BloomForCausalLM",
+    "falcon": "FalconForCausalLM",
 }
 
 

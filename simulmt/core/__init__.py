@@ -3,13 +3,16 @@
 Read it bottom up, each file one concept:
 
 * ``placed``: the placed token (id, position id, role, unit), shared by training and inference;
-* ``visibility``: the one rule of who may attend to whom (a boolean matrix, for one stream or a batch of rows);
+* ``visibility``: the one rule of who may attend to whom (a boolean matrix, for one stream or a batch of rows),
+  and how far a key is from a query for ALiBi models;
 * ``prompt_format``, ``vocabulary``: the token pieces of a prompt and what the decoder must know per token;
-* ``layouts/``: where tokens go and which position ids they get (expost, prefix, naive, conversation, gpe);
+* ``layouts/``: where tokens go and which position ids they get (expost, prefix, naive, conversation, gpe,
+  simulmask);
 * ``policies``: READ or WRITE, as data, from a stream's state;
 * ``examples``: a sentence pair laid out along a schedule, as training sees it;
 * ``samplers``: greedy, seeded sampling, forced; each returns a token and its log-probability;
 * ``stream``: one sentence decoded while its source arrives, model-free (it says what it needs);
+* ``alibi``: ALiBi models (Bloom, Falcon-RW), their bias carried by the masks;
 * ``batch_cache``, ``runner``, ``engine``: many streams served by one model, one packed forward per round;
 * ``session``: one stream with an engine of its own (the live API for one sentence).
 

@@ -14,8 +14,9 @@ on the other rows: its positions, mask and cache row are its own, so its predict
 those of the stream run alone (tests/test_engine.py, float32, logits within 1e-5).
 
 The model side is one call, ``ModelRunner.forward_packed(ids, positions, visible, q_index, last, cache,
-features)`` over plain tensors (one query per batch row, see batch_cache.py), so another runtime (llama.cpp's batch API has explicit positions, sequence ids and
-position-range removal) can serve the same streams later.
+features, distances=)`` over plain tensors (one query per batch row, see batch_cache.py), so another runtime
+(llama.cpp's batch API has explicit positions, sequence ids and position-range removal) can serve the same streams
+later. ``distances`` only for ALiBi models: each query's key distances by its own layout's rule (visibility.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from simulmt.core.batch_cache import BatchKVCache
 from simulmt.errors import SimulmtError
 from simulmt.core.runner import ModelRunner
 from simulmt.core.stream import ForwardRequest, Status, Stream, WrittenWord
-from simulmt.core.visibility import visible_rows
+from simulmt.core.visibility import key_distances, visible_rows
 
 
 @dataclass
@@ -129,9 +130,11 @@ class Engine:
         sees = torch.tensor([s.layout.visibility.source_sees_target for s, _ in requests])
         visible = visible_rows(q_index[:, None], q_target[:, None], self.cache.key_sides(),
                                torch.repeat_interleave(sees, torch.tensor(counts)))[:, 0]  # (N, K)
+        distances = self._distances(requests, counts, visible, q_index, q_target) if self.runner.alibi else None
         last = torch.cumsum(torch.tensor(counts), 0) - 1  # each stream's last query
         features = any(s.wants_features for s, _ in requests)
-        logits, hidden = self.runner.forward_packed(ids, positions, visible, q_index, last, self.cache, features)
+        logits, hidden = self.runner.forward_packed(ids, positions, visible, q_index, last, self.cache, features,
+                                                    distances=distances)
         starts = [0] + last.add(1).tolist()[:-1]
         pairs = visible.sum(dim=1).tolist()
         for i, ((stream, _), n) in enumerate(zip(requests, counts)):
@@ -143,6 +146,20 @@ class Engine:
         s.tokens += sum(counts)
         s.batch_sizes.append(len(rows))
         s.peak_cache_bytes = max(s.peak_cache_bytes, self.cache.memory_bytes())
+
+
+    def _distances(self, requests, counts, visible, q_index, q_target) -> torch.Tensor:
+        """(N, K) ALiBi key distances of the packed queries, each by its own layout's rule (visibility.py)."""
+        rows = torch.repeat_interleave(torch.tensor([self._row(s) for s, _ in requests]), torch.tensor(counts))
+        k_valid = torch.arange(visible.shape[1])[None, :] < torch.tensor(self.cache.lengths)[rows][:, None]
+        k_target = self.cache.key_sides()
+        rules = [s.layout.visibility.distance for (s, _), n in zip(requests, counts) for _ in range(n)]
+        out = torch.zeros(visible.shape)
+        for rule in set(rules):
+            sel = torch.tensor([r == rule for r in rules])
+            out[sel] = key_distances(rule, visible[sel][:, None], q_index[sel][:, None], q_target[sel][:, None],
+                                     k_target[sel], k_valid[sel])[:, 0]
+        return out
 
 
 def run_ordered(streams: Iterable[Stream], engine: Engine, batch_size: int) -> Iterator[Stream]:

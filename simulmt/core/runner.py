@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from simulmt.errors import SimulmtError
-from simulmt.core.visibility import additive, sliding
+from simulmt.core.alibi import Alibi, adopt_alibi
+from simulmt.core.visibility import Distance, additive, key_distances, sliding
 
 
 @dataclass(frozen=True)
@@ -62,22 +63,28 @@ def attention_spec(model) -> tuple[list[str], int | None]:
 
 
 def render_masks(visible: torch.Tensor, query_start: int, attention_types: list[str], window: int | None,
-                 dtype: torch.dtype, device=None):
+                 dtype: torch.dtype, device=None, alibi: Alibi | None = None, distances: torch.Tensor | None = None):
     """(B, Q, K) boolean, queries at key indices ``query_start`` .. -> the ``attention_mask`` argument (training
     batches and one stream)."""
     q_index = torch.arange(query_start, query_start + visible.shape[-2]).expand(visible.shape[:-1])
-    return render_row_masks(visible, q_index, attention_types, window, dtype, device)
+    return render_row_masks(visible, q_index, attention_types, window, dtype, device, alibi, distances)
 
 
 def render_row_masks(visible: torch.Tensor, q_index: torch.Tensor, attention_types: list[str], window: int | None,
-                     dtype: torch.dtype, device=None):
+                     dtype: torch.dtype, device=None, alibi: Alibi | None = None,
+                     distances: torch.Tensor | None = None):
     """(R, Q, K) boolean, ``q_index`` (R, Q) each query's key index -> a (R, 1, Q, K) float tensor, or a dict of
     them keyed by attention type when the layers differ (sliding layers also hide keys ``window`` or more indices
-    back)."""
+    back). ALiBi models: (R, H, Q, K), the bias of ``distances`` (R, Q, K) per head (``simulmt.core.alibi``)."""
     out = {}
     for kind in attention_types:
         v = sliding(visible, q_index, window) if kind == "sliding_attention" and window else visible
-        out[kind] = additive(v, dtype).unsqueeze(1).to(device)
+        if alibi is not None:
+            if distances is None:
+                raise ValueError("an ALiBi model's masks need the key distances")
+            out[kind] = alibi.mask(v, distances, dtype).to(device)
+        else:
+            out[kind] = additive(v, dtype).unsqueeze(1).to(device)
     return out if len(out) > 1 else out[attention_types[0]]
 
 
@@ -87,6 +94,7 @@ class ModelRunner:
         config = _text_config(model)
         self.max_positions = getattr(config, "max_position_embeddings", None)
         self.attention_types, self.window = attention_spec(model)
+        self.alibi = adopt_alibi(model)  # None unless the model is an ALiBi model (its bias comes with the masks)
         self.compute = compute_model(model)
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
@@ -111,9 +119,19 @@ class ModelRunner:
                                f"last hidden state (max difference {float((mine.float() - own).abs().max()):.3g}); "
                                f"simulmt's engine does not support this architecture yet")
 
-    def masks(self, visible: torch.Tensor, query_start: int):
-        """(Q, K) boolean -> the ``attention_mask`` argument: a (1, 1, Q, K) float tensor, or a dict of them."""
-        return render_masks(visible[None], query_start, self.attention_types, self.window, self.dtype, self.device)
+    def masks(self, visible: torch.Tensor, query_start: int, target_side: torch.Tensor | None = None,
+              distance: Distance = Distance()):
+        """(Q, K) boolean -> the ``attention_mask`` argument: a (1, 1, Q, K) float tensor, or a dict of them.
+        ALiBi models also need every key's ``target_side`` flag (K,) and the layout's ``distance`` rule."""
+        distances = None
+        if self.alibi is not None:
+            if target_side is None:
+                raise ValueError("an ALiBi model's masks need the keys' target-side flags")
+            q_index = torch.arange(query_start, query_start + visible.shape[0])[None]
+            distances = key_distances(distance, visible[None], q_index, target_side[None, query_start:],
+                                      target_side[None], torch.ones_like(target_side)[None].bool())
+        return render_masks(visible[None], query_start, self.attention_types, self.window, self.dtype, self.device,
+                            self.alibi, distances)
 
     def check_positions(self, positions: list[int]) -> None:
         if self.max_positions is not None and positions and max(positions) >= self.max_positions:
@@ -123,9 +141,10 @@ class ModelRunner:
 
     @torch.no_grad()
     def forward(self, ids: list[int], positions: list[int], visible: torch.Tensor, query_start: int,
-                cache=None, logits_to_keep: int = 1) -> tuple[torch.Tensor, float]:
+                cache=None, logits_to_keep: int = 1, target_side: torch.Tensor | None = None,
+                distance: Distance = Distance()) -> tuple[torch.Tensor, float]:
         """Feed ``ids`` (the queries, which follow ``query_start`` cached keys). Returns (logits of the last
-        ``logits_to_keep`` queries, or all when 0; FLOPs)."""
+        ``logits_to_keep`` queries, or all when 0; FLOPs). ``target_side``, ``distance``: see ``masks``."""
         self.check_positions(positions)
         keep: int | torch.Tensor = logits_to_keep
         if 0 < logits_to_keep < len(ids):
@@ -136,7 +155,7 @@ class ModelRunner:
         out = self.model(
             input_ids=torch.tensor([ids], device=self.device),
             position_ids=torch.tensor([positions], device=self.device),
-            attention_mask=self.masks(visible, query_start),
+            attention_mask=self.masks(visible, query_start, target_side, distance),
             past_key_values=cache,
             use_cache=cache is not None,
             logits_to_keep=keep,
@@ -148,13 +167,15 @@ class ModelRunner:
 
     @torch.no_grad()
     def forward_packed(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor,
-                       q_index: torch.Tensor, last: torch.Tensor, cache,
-                       features: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       q_index: torch.Tensor, last: torch.Tensor, cache, features: bool = False,
+                       distances: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One forward for many streams (the batched engine), packed: ``ids``/``positions``/``q_index`` (N,), one
-        query per batch row; ``visible`` (N, K); ``cache`` a ``BatchKVCache`` prepared for these queries. Returns
-        the logits (float32) of the queries ``last`` (R,) and, when ``features``, their last hidden states."""
+        query per batch row; ``visible`` (N, K); ``cache`` a ``BatchKVCache`` prepared for these queries;
+        ``distances`` (N, K) for ALiBi models. Returns the logits (float32) of the queries ``last`` (R,) and,
+        when ``features``, their last hidden states."""
         masks = render_row_masks(visible[:, None, :], q_index[:, None], self.attention_types, self.window,
-                                 self.dtype, self.device)
+                                 self.dtype, self.device, self.alibi,
+                                 None if distances is None else distances[:, None, :])
         out = self.decoder(input_ids=ids[:, None].to(self.device), position_ids=positions[:, None].to(self.device),
                            attention_mask=masks, past_key_values=cache, use_cache=True)
         hidden = out.last_hidden_state[:, 0].index_select(0, last.to(self.device))  # (R, hidden), contiguous

@@ -22,6 +22,23 @@ Example, wait-1 on "a b" -> "X Y" (s = source, m = target marker, t = target), e
 
 Sliding-window layers (Gemma 3 and others) additionally hide keys whose *index* is ``window`` or more behind the
 query (index distance = cache distance, the same in training and in streaming).
+
+ALiBi models (Bloom, Falcon-RW) have no position ids: a query's bias for a key is ``-slope x distance``. The
+distance is part of the rule too (``Distance``), computed from the same flags in training and in streaming:
+
+* ``Distance("time", "all")`` (every layout's default): keys between them in time order, visible or not. This
+  is the model's own ALiBi over the cache, and training lays out the same time order: parity holds.
+* ``Distance("sides", "visible")``: SimulMask's modified ALiBi. Keys are ranked in SimulMask's training order
+  (every source-side key before every target-side key, time order within a side: prompt, source, opener,
+  target) and only keys the query can see count. wait-1, target query tY (predicting after reading sa, sb of
+  "sa sb sc")::
+
+        training order   p  sa  sb  sc  m  tX  tY          stock ALiBi (count all)   : tY -> sa = 5
+        visible to tY    ■  ■   ■   ⬚   ■  ■   ■           modified (count visible)  : tY -> sa = 4
+
+  At inference sc is not in the cache yet, so only the modified distance is the same on both sides.
+* ``Distance("sides", "all")``: SimulMask's training with stock ALiBi (the paper's ablation): unread source keys
+  add distance in training but do not exist at inference; parity breaks, as it should.
 """
 
 from __future__ import annotations
@@ -33,9 +50,25 @@ import torch
 from simulmt.core.placed import PlacedToken
 
 
+ORDERS, COUNTS = ("time", "sides"), ("all", "visible")
+
+
+@dataclass(frozen=True)
+class Distance:
+    """How an ALiBi model counts the distance from a query to a key (see the module docstring)."""
+
+    order: str = "time"  # "time": time (cache) order; "sides": source side first, then target side
+    count: str = "all"  # "all": every key of the row between them; "visible": only keys the query sees
+
+    def __post_init__(self):
+        if self.order not in ORDERS or self.count not in COUNTS:
+            raise ValueError(f"Distance(order in {ORDERS}, count in {COUNTS}), got ({self.order!r}, {self.count!r})")
+
+
 @dataclass(frozen=True)
 class Visibility:
     source_sees_target: bool = False
+    distance: Distance = Distance()
 
     def matrix(self, tokens: list[PlacedToken], query_start: int = 0) -> torch.Tensor:
         """Boolean (Q, K) matrix for queries ``tokens[query_start:]`` over keys ``tokens[:]`` (True = visible)."""
@@ -67,6 +100,26 @@ def sliding(visible: torch.Tensor, q_index: torch.Tensor, window: int) -> torch.
     each query's key index)."""
     k_idx = torch.arange(visible.shape[-1], device=visible.device)
     return visible & (q_index[:, :, None] - k_idx[None, None, :] < window)
+
+
+def key_distances(distance: Distance, visible: torch.Tensor, q_index: torch.Tensor, q_target: torch.Tensor,
+                  k_target: torch.Tensor, k_valid: torch.Tensor) -> torch.Tensor:
+    """(R, Q, K) float: for each query, how many counted keys lie after each key, up to and including the query,
+    in the rule's order (``visible`` (R, Q, K); ``q_index``, ``q_target`` (R, Q); ``k_target``, ``k_valid``
+    (R, K): target-side flags, and which key slots hold a key of the row at all)."""
+    n_keys = k_target.shape[1]
+    k_idx = torch.arange(n_keys, device=k_target.device).expand_as(k_target)
+    k_rank, q_rank = k_idx, q_index
+    if distance.order == "sides":  # target side after every source-side key; time order within a side
+        k_rank, q_rank = k_idx + n_keys * k_target.long(), q_index + n_keys * q_target.long()
+    if distance.count == "visible":
+        counted = visible
+    else:
+        counted = k_valid[:, None, :] & (k_rank[:, None, :] <= q_rank[:, :, None])
+    order = torch.argsort(k_rank, dim=1)[:, None, :].expand(counted.shape)  # keys by rank, per row
+    ranked = counted.gather(2, order).float()
+    after = ranked.flip(-1).cumsum(-1).flip(-1) - ranked  # counted keys ranked strictly after each key
+    return torch.empty_like(after).scatter_(2, order, after)
 
 
 def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

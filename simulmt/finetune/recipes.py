@@ -17,6 +17,9 @@ streaming layout and policy it was trained for). Nothing here places a token: th
 |                 | (read-n chunks by default; a turn end is predicted per segment)  |                      |
 | gpe             | group positions (source 0.., target phi..), policy mask          | gpe + the policy     |
 | offline         | plain SFT: prompt, whole source, whole target, contiguous        | prefix + offline     |
+| simulmask       | SimulMask: ``slotless``'s sequence; on ALiBi models (Bloom,      | simulmask + the      |
+|                 | Falcon-RW) distances over visible keys only (modified ALiBi)     | policy               |
+| simulmask-stock | SimulMask with stock ALiBi (the paper's ablation)                | simulmask-stock + pol|
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from dataclasses import dataclass
 from simulmt.errors import SimulmtError
 from simulmt.core.examples import TrainingExample, build_examples
 from simulmt.finetune.schedules import Schedule
-from simulmt.core.layouts import Conversation, Expost, GroupPositions, Layout, NaiveReuse, PrefixRecompute
+from simulmt.core.layouts import (Conversation, Expost, GroupPositions, Layout, NaiveReuse, PrefixRecompute, SimulMask,
+                                  SimulMaskStock)
 from simulmt.core.placed import PlacedToken, labels_for
 from simulmt.core.prompt_format import PromptFormat, source_units
 from simulmt.core.visibility import Visibility
@@ -40,6 +44,8 @@ RECIPES = {
     "conversation": "conversational SimulMT: user/assistant turns per read-n chunk",
     "gpe": "group position encoding: source and target count positions in separate groups",
     "offline": "plain SFT on full sentence pairs (the offline schedule)",
+    "simulmask": "SimulMask: policy mask on the contiguous layout, modified ALiBi on ALiBi models (Bloom, Falcon-RW)",
+    "simulmask-stock": "ablation of SimulMask: stock ALiBi distances (unread source counts in training)",
 }
 DEFAULT_POLICY = {"conversation": "read-n", "offline": "offline"}  # every other recipe: wait-k
 
@@ -86,6 +92,10 @@ class Recipe:
             return GroupPositions(phi=self.phi)
         if self.name == "conversation":
             return Conversation()
+        if self.name == "simulmask":
+            return SimulMask()
+        if self.name == "simulmask-stock":
+            return SimulMaskStock()
         return PrefixRecompute()  # prefix, offline
 
     @property

@@ -37,6 +37,7 @@ from simulmt.finetune.collator import SimulCollator
 from simulmt.finetune.options import FinetuneOptions, resume_conflicts
 from simulmt.finetune.recipes import Recipe
 from simulmt.finetune.schedules import Schedule
+from simulmt.core.alibi import adopt_alibi
 from simulmt.core.runner import attention_spec
 
 
@@ -318,7 +319,7 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
     types, window = attention_spec(model)
     pad_id = translator.tokenizer.pad_token_id
     pad_id = pad_id if pad_id is not None else translator.fmt.end_id
-    collator = SimulCollator(recipe.visibility, types, window, pad_id)
+    collator = SimulCollator(recipe.visibility, types, window, pad_id, alibi=adopt_alibi(model))
     total_steps = _total_steps(options, len(dataset))
     args = training_arguments(options, out, total_steps)
     limit = TimeLimit(options.max_minutes) if options.max_minutes else None

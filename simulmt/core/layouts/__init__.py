@@ -9,6 +9,7 @@ from simulmt.core.layouts.expost import Expost
 from simulmt.core.layouts.gpe import GroupPositions
 from simulmt.core.layouts.naive import NaiveReuse
 from simulmt.core.layouts.prefix import PrefixRecompute
+from simulmt.core.layouts.simulmask import SimulMask, SimulMaskStock
 
 LAYOUTS: dict[str, type[Layout]] = {
     "expost": Expost,
@@ -16,6 +17,8 @@ LAYOUTS: dict[str, type[Layout]] = {
     "naive": NaiveReuse,
     "conversation": Conversation,
     "gpe": GroupPositions,
+    "simulmask": SimulMask,
+    "simulmask-stock": SimulMaskStock,
 }
 
 
@@ -25,4 +28,5 @@ def make_layout(name: str, **options) -> Layout:
 
 
 __all__ = ["LAYOUTS", "Layout", "LayoutState", "make_layout", "Expost", "PrefixRecompute", "NaiveReuse",
-           "Conversation", "GroupPositions"]
+           "Conversation", "GroupPositions", "SimulMask",
+           "SimulMaskStock"]
