@@ -1,0 +1,467 @@
+"""Reproduce the ExPosST paper's comparisons at small scale and write ``docs/results.md`` with its figures.
+
+    .venv/bin/python benchmarks/reproduce.py                    # every unit not done yet, then the report
+    .venv/bin/python benchmarks/reproduce.py --max-minutes 100  # stop starting new work after 100 minutes
+    .venv/bin/python benchmarks/reproduce.py --methods expost,offline --threads 2
+    .venv/bin/python benchmarks/reproduce.py --report-only
+
+One adapter per method, all from the same base model (gemma-3-270m), on the same training pairs (a fixed mix of
+Multi30k captions and long wmt-news sentences, ``--train-pairs``), with the same budget of training tokens
+(``--budget-tokens``: each recipe trains until it has seen that many tokens, so recipes whose examples are longer
+see fewer pairs). Each method is then served with its own inference layout on IWSLT17 tst2017 En-De (first
+``--iwslt-lines``) and Multi30k test2016 (first ``--m30k-lines``) at wait-1/3/5/7 (conversation: read-n), and the
+expost adapter also at inference slots 4..64 (the slot-mismatch table).
+
+Staged and resumable. The unit of work is a method: train (``--resume`` continues an interrupted run), then
+evaluate it run by run (``simulmt evaluate``'s resumable logs). Adapters and logs in progress live in ``--work``
+(not committed). What a finished run leaves in ``--results`` (committed: ``config.json``, ``scores.json``, the
+gzipped ``instances.log``, ``cost.json`` with CPU seconds) is never redone, so a later session only does what is
+missing, and ``--report-only`` rebuilds the page from the committed runs alone. No number is chosen on a test set:
+the budget, mix and k-mixture are fixed here in advance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import platform
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from statistics import mean, median
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from simulmt.evaluate import (CONFIG, LOG, SCORES, EvaluateOptions, RunSpec, read_test_set, run_config,  # noqa: E402
+                              score_run, translate_run)
+
+
+@dataclass(frozen=True)
+class Method:
+    recipe: str
+    layout: str  # served with
+    policy: str = "wait-k"  # wait-k | read-n | offline
+    train: tuple = ()  # extra FinetuneOptions as (name, value) pairs
+
+
+METHODS: dict[str, Method] = {
+    "expost": Method("expost", "expost", train=(("k_mix", "1,3,5,7,9"),)),
+    "expost-nomask": Method("expost-nomask", "expost", train=(("k_mix", "1,3,5,7,9"),)),
+    "slotless": Method("slotless", "naive", train=(("k_mix", "1,3,5,7,9"),)),
+    "prefix": Method("prefix", "prefix", train=(("k_mix", "1,3,5,7,9"),)),
+    "gpe": Method("gpe", "gpe", train=(("k_mix", "1,3,5,7,9"),)),
+    "conversation": Method("conversation", "conversation", policy="read-n", train=(("n", 3),)),
+    "offline": Method("offline", "prefix", policy="offline"),
+}
+TEST_SETS = {  # name -> (source, reference) under --data
+    "iwslt17": ("iwslt17/tst2017.en-de.en", "iwslt17/tst2017.en-de.de"),
+    "multi30k": ("multi30k/test2016.en", "multi30k/test2016.de"),
+}
+SLOTS = (4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class Plan:
+    data: str = str(ROOT.parent / "shared" / "data")
+    work: str = str(ROOT / "runs" / "reproduce")
+    results: str = str(ROOT / "docs" / "results")
+    model: str = "gemma-3-270m"
+    methods: str = ",".join(METHODS)
+    train_pairs: int = 8000  # half Multi30k train (its first lines), half wmt-news train (spread over the years)
+    budget_tokens: int = 80_000
+    batch_size: int = 8
+    grad_accum: int = 4
+    iwslt_lines: int = 300
+    m30k_lines: int = 1000
+    mismatch_lines: int = 100
+    ks: str = "1,3,5,7"
+    ns: str = "2,3,5,7"
+    eval_batch: int = 16
+    dtype: str = "float32"
+    threads: int | None = None
+    max_minutes: float | None = None
+    report_only: bool = False
+
+    @property
+    def k_values(self) -> list[int]:
+        return [int(k) for k in self.ks.split(",")]
+
+    @property
+    def n_values(self) -> list[int]:
+        return [int(n) for n in self.ns.split(",")]
+
+
+def say(message: str) -> None:
+    print(f"reproduce: {message}", file=sys.stderr, flush=True)
+
+
+# ---- data ------------------------------------------------------------------------------------------------------
+def training_files(plan: Plan) -> tuple[Path, Path]:
+    """The training mix (written once into --work): Multi30k's first N/2 pairs and N/2 wmt-news pairs taken at an
+    even stride over its 30k lines (2008-2018), captions and news alternating."""
+    out = Path(plan.work) / "data"
+    src, tgt = out / "train.en", out / "train.de"
+    if src.is_file() and tgt.is_file():
+        return src, tgt
+    data = Path(plan.data)
+    half = plan.train_pairs // 2
+    m30k = [(data / "multi30k" / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:half] for lang in "en de".split()]
+    news = [(data / "wmt-news" / f"train.en-de.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "de")]
+    stride = max(1, len(news[0]) // half)
+    news = [lines[::stride][:half] for lines in news]
+    out.mkdir(parents=True, exist_ok=True)
+    for path, a, b in ((src, m30k[0], news[0]), (tgt, m30k[1], news[1])):
+        mixed = [line for pair in zip(a, b) for line in pair]
+        path.write_text("\n".join(mixed) + "\n", encoding="utf-8")
+    return src, tgt
+
+
+# ---- training ------------------------------------------------------------------------------------------------
+def finetune_options(plan: Plan, name: str, **extra):
+    from simulmt.finetune.options import FinetuneOptions
+
+    src, tgt = training_files(plan)
+    method = METHODS[name]
+    return FinetuneOptions(train_source=str(src), train_target=str(tgt), model=plan.model, recipe=method.recipe,
+                           batch_size=plan.batch_size, grad_accum=plan.grad_accum, lr=2e-4, warmup_steps=10,
+                           eval_lines=0, save_steps=5, logging_steps=5, output=str(Path(plan.work) / "train" / name),
+                           **dict(method.train), **extra)
+
+
+def train(plan: Plan, name: str, deadline: float | None) -> Path | None:
+    """The method's adapter (training or resuming it within the deadline); None if time ran out first."""
+    from simulmt.finetune.trainer import finetune
+
+    out = Path(plan.work) / "train" / name
+    if (out / "adapter" / "adapter_config.json").is_file() and (out / "training.json").is_file():
+        card = json.loads((out / "training.json").read_text())
+        if not card.get("stopped_by_time_limit"):
+            return out / "adapter"
+    layout = finetune(finetune_options(plan, name, dry_run=True), progress=False)["data"]
+    steps = max(1, round(plan.budget_tokens / (plan.batch_size * plan.grad_accum * layout["average_length"])))
+    minutes = None if deadline is None else (deadline - time.time()) / 60
+    if minutes is not None and minutes < 2:
+        return None
+    resume = any(out.glob("checkpoint-*"))
+    say(f"{name}: training {steps} steps ({layout['average_length']:.1f} tokens per example)"
+        + (" (resuming)" if resume else ""))
+    card = finetune(finetune_options(plan, name, max_steps=steps, resume=resume, max_minutes=minutes), progress=False)
+    spent = out / "cpu_seconds.txt"  # one line per process that trained this adapter (a resume is another)
+    with open(spent, "a") as f:
+        f.write(f"{card['cpu_seconds']}\n")
+    if card["stopped_by_time_limit"] and card["steps"] < steps:
+        return None
+    results = Path(plan.results) / "training"
+    results.mkdir(parents=True, exist_ok=True)
+    cpu = sum(float(line) for line in spent.read_text().split())
+    (results / f"{name}.json").write_text(json.dumps({**card, "cpu_seconds_total": cpu}, indent=2,
+                                                     ensure_ascii=False) + "\n")
+    return out / "adapter"
+
+
+# ---- evaluation ----------------------------------------------------------------------------------------------
+def run_specs(plan: Plan, name: str) -> list[tuple[str, RunSpec, int]]:
+    """(test set, run, lines) of a method, including the slot-mismatch runs of expost."""
+    method = METHODS[name]
+    if method.policy == "offline":
+        grid = [RunSpec(method.layout, "offline", None)]
+    elif method.policy == "read-n":
+        grid = [RunSpec(method.layout, "read-n", n) for n in plan.n_values]
+    else:
+        grid = [RunSpec(method.layout, "wait-k", k) for k in plan.k_values]
+    out = [(test, spec, plan.iwslt_lines if test == "iwslt17" else plan.m30k_lines)
+           for test in TEST_SETS for spec in grid]
+    if name == "expost":
+        out += [("iwslt17-slots", RunSpec("expost", "wait-k", k, slot=slot), plan.mismatch_lines)
+                for slot in SLOTS for k in plan.k_values]
+    return out
+
+
+def result_dir(plan: Plan, name: str, test: str, spec: RunSpec) -> Path:
+    return Path(plan.results) / "runs" / test / name / spec.name
+
+
+def evaluate_method(plan: Plan, name: str, adapter: Path, deadline: float | None) -> bool:
+    """Evaluate every run of the method not in --results yet; True when all are done."""
+    from simulmt.translator import Translator
+
+    todo = [(t, s, n) for t, s, n in run_specs(plan, name) if not (result_dir(plan, name, t, s) / SCORES).is_file()]
+    if not todo:
+        return True
+    translator = Translator.load(plan.model, adapter=str(adapter), dtype=plan.dtype, device="cpu")
+    for test, spec, lines in todo:
+        if deadline is not None and time.time() > deadline:
+            return False
+        source, reference = TEST_SETS[test.removesuffix("-slots")]
+        test_set = read_test_set(Path(plan.data) / source, Path(plan.data) / reference, lines)
+        options = EvaluateOptions(source=str(test_set.source_path), reference=str(test_set.reference_path),
+                                  output="-", adapter=f"{name} ({adapter})", lines=lines, batch_size=plan.eval_batch,
+                                  dtype=plan.dtype)
+        config = run_config(spec, plan.model, options, test_set)
+        work = Path(plan.work) / "eval" / test / name / spec.name
+        say(f"{name}: {test} {spec.name} ({lines} lines)")
+        cpu, wall = time.process_time(), time.time()
+        translate_run(translator, spec, test_set, work, config, progress=sys.stderr.isatty(),
+                      batch_size=plan.eval_batch)
+        score_run(work)
+        cost = {"cpu_seconds": round(time.process_time() - cpu, 1), "wall_seconds": round(time.time() - wall, 1)}
+        done = result_dir(plan, name, test, spec)
+        done.mkdir(parents=True, exist_ok=True)
+        for file in (CONFIG, SCORES):
+            shutil.copyfile(work / file, done / file)
+        with open(work / LOG, "rb") as f, gzip.GzipFile(done / (LOG + ".gz"), "wb", mtime=0) as g:
+            shutil.copyfileobj(f, g)
+        (done / "cost.json").write_text(json.dumps(cost) + "\n")
+    return True
+
+
+def slot_lengths(plan: Plan) -> dict:
+    """Average training sequence length of the expost recipe per slot length (a dry run: no model forward)."""
+    path = Path(plan.results) / "training" / "slot_lengths.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    from simulmt.finetune.trainer import finetune
+
+    out = {}
+    for slot in SLOTS:
+        card = finetune(finetune_options(plan, "expost", slot=slot, dry_run=True), progress=False)
+        out[str(slot)] = card["data"]["average_length"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
+# ---- the report ------------------------------------------------------------------------------------------------
+def load_runs(plan: Plan) -> list[dict]:
+    runs = []
+    for scores in sorted(Path(plan.results).glob("runs/*/*/*/" + SCORES)):
+        run = scores.parent
+        test, name = run.parent.parent.name, run.parent.name
+        record = {"test": test, "method": name, "run": run.name, **json.loads(scores.read_text()),
+                  "config": json.loads((run / CONFIG).read_text())}
+        cost = run / "cost.json"
+        record["cost"] = json.loads(cost.read_text()) if cost.is_file() else {}
+        with gzip.open(run / (LOG + ".gz"), "rt", encoding="utf-8") as f:
+            record["instances"] = [json.loads(line) for line in f if line.strip()]
+        runs.append(record)
+    return runs
+
+
+def point(run: dict) -> tuple[str, int | None]:
+    c = run["config"]
+    return c["policy"], c.get("k") if c["policy"] == "wait-k" else c.get("n")
+
+
+def write_report(plan: Plan) -> Path:
+    from simulmt.plots import plot_bleu_laal
+
+    runs = load_runs(plan)
+    results = Path(plan.results)
+    page = ["# Results: the ExPosST comparisons at small scale", "",
+            "Generated by `benchmarks/reproduce.py` from the runs committed under `docs/results/runs/` (rebuild the "
+            "page with `--report-only`). Base model gemma-3-270m; every method is a LoRA adapter (rank 32) trained "
+            f"from scratch on the same {plan.train_pairs:,} pairs (Multi30k captions and wmt-news sentences, "
+            f"alternating) with the same budget of {plan.budget_tokens:,} training tokens, then served with its own "
+            "layout (float32, greedy, simulmt's decoding). BLEU and chrF by sacrebleu, latency in source words "
+            "(SimulEval's definitions). The scale is tiny next to the paper's (an 8B model, full IWSLT training "
+            "data): read orderings, not absolute numbers.", ""]
+    page += _environment(runs)
+    for test in TEST_SETS:
+        main = [r for r in runs if r["test"] == test]
+        if not main:
+            continue
+        page += [f"## {test}: BLEU against LAAL", "", f"![{test}](results/{test}_bleu_laal.png)", ""]
+        points = [{"family": r["method"], "label": f"{point(r)[0][0] if point(r)[0] != 'offline' else ''}"
+                   f"{point(r)[1] if point(r)[1] is not None else ''}", "offline": r["method"] == "offline",
+                   "BLEU": r["BLEU"], "LAAL": r["LAAL"], "LAAL_CA": r.get("LAAL_CA", math.nan)} for r in main]
+        plot_bleu_laal(points, results / f"{test}_bleu_laal.png",
+                       title=f"{test} ({main[0]['sentences']} lines): one curve per method")
+        page += _table(main)
+    page += _ablation(runs) + _slot_mismatch(runs) + _compute(runs, results) + _training(plan) + _orderings(runs)
+    path = results.parent / "results.md"
+    path.write_text("\n".join(page) + "\n", encoding="utf-8")
+    say(f"wrote {path}")
+    return path
+
+
+def _environment(runs: list[dict]) -> list[str]:
+    import torch
+    import transformers
+
+    from simulmt import __version__
+
+    cpu_eval = sum(r["cost"].get("cpu_seconds", 0) for r in runs) / 60
+    return [f"simulmt {__version__}, torch {torch.__version__}, transformers {transformers.__version__}, "
+            f"Python {platform.python_version()}, {platform.machine()}; evaluation CPU time "
+            f"{cpu_eval:.0f} min over {len(runs)} runs (training CPU time in the training table).", ""]
+
+
+def _table(runs: list[dict]) -> list[str]:
+    rows = ["| method | run | BLEU | chrF | AL | LAAL | tokens fed | GFLOPs | sentences |", "|---|---|---:|---:|---:|"
+            "---:|---:|---:|---:|"]
+    order = list(METHODS)
+    for r in sorted(runs, key=lambda r: (order.index(r["method"]) if r["method"] in order else 99, point(r)[1] or 0)):
+        rows.append(f"| {r['method']} | {r['run']} | {r['BLEU']:.2f} | {r['chrF']:.2f} | {r['AL']:.2f} | "
+                    f"{r['LAAL']:.2f} | {r['tokens_fed']:.1f} | {r['gflops']:.2f} | {r['sentences']} |")
+    return rows + [""]
+
+
+def _by(runs: list[dict], test: str, method: str) -> dict:
+    return {point(r)[1]: r for r in runs if r["test"] == test and r["method"] == method}
+
+
+def _ablation(runs: list[dict]) -> list[str]:
+    out = ["## Ablation: ExPosST vs w/o mask vs w/o slot (BLEU / LAAL)", ""]
+    for test in TEST_SETS:
+        cols = {m: _by(runs, test, m) for m in ("expost", "expost-nomask", "slotless")}
+        ks = sorted({k for c in cols.values() for k in c if k is not None})
+        if not ks:
+            continue
+        out += [f"{test}:", "", "| k | " + " | ".join(cols) + " |", "|---:|" + "---:|" * len(cols)]
+        for k in ks:
+            cells = [f"{c[k]['BLEU']:.2f} / {c[k]['LAAL']:.2f}" if k in c else "-" for c in cols.values()]
+            out.append(f"| {k} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+def _slot_mismatch(runs: list[dict]) -> list[str]:
+    mine = [r for r in runs if r["test"] == "iwslt17-slots"]
+    if not mine:
+        return []
+    ks = sorted({r["config"]["k"] for r in mine})
+    out = [f"## Slot mismatch: trained with slot 16, served with slot L (IWSLT17, first {mine[0]['sentences']} "
+           "lines, BLEU)", "", "| inference slot | " + " | ".join(f"wait-{k}" for k in ks) + " |",
+           "|---:|" + "---:|" * len(ks)]
+    for slot in SLOTS:
+        cells = {r["config"]["k"]: r["BLEU"] for r in mine if r["config"]["slot"] == slot}
+        out.append(f"| {slot} | " + " | ".join(f"{cells[k]:.2f}" if k in cells else "-" for k in ks) + " |")
+    return out + [""]
+
+
+def _compute(runs: list[dict], results: Path) -> list[str]:
+    """GFLOPs per sentence at wait-3 (conversation: read-3), box plots, ratios to offline."""
+    test = "iwslt17"
+    chosen = {}
+    for r in runs:
+        if r["test"] != test:
+            continue
+        policy, value = point(r)
+        if policy == "offline" or value == 3:
+            chosen[r["method"]] = r
+    if not chosen:
+        return []
+    names = [m for m in METHODS if m in chosen]
+    flops = {m: [ins.get("flops", 0.0) / 1e9 for ins in chosen[m]["instances"]] for m in names}
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(9, 4.5), dpi=110, layout="constrained")
+    FigureCanvasAgg(figure)
+    ax = figure.subplots()
+    ax.boxplot([flops[m] for m in names], tick_labels=names, showfliers=False)
+    ax.set_ylabel("GFLOPs per sentence")
+    ax.set_title(f"{test}: compute per sentence at wait-3 (conversation: read-3; offline: whole source)")
+    ax.grid(True, axis="y", alpha=0.3)
+    figure.savefig(results / "compute_wait3.png", format="png")
+    base = mean(flops["offline"]) if "offline" in flops else None
+    out = ["## Compute per sentence at wait-3", "", "![compute](results/compute_wait3.png)", "",
+           "| method | mean GFLOPs | median | x offline | tokens fed |", "|---|---:|---:|---:|---:|"]
+    for m in names:
+        ratio = f"{mean(flops[m]) / base:.2f}" if base else "-"
+        out.append(f"| {m} | {mean(flops[m]):.1f} | {median(flops[m]):.1f} | {ratio} | "
+                   f"{chosen[m]['tokens_fed']:.1f} |")
+    return out + [""]
+
+
+def _training(plan: Plan) -> list[str]:
+    folder = Path(plan.results) / "training"
+    cards = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.stem in METHODS}
+    out = []
+    if cards:
+        out += ["## Training", "", "| method | recipe | examples | average length (tokens) | steps | tokens trained | "
+                "CPU min | final loss |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for name in METHODS:
+            if name in cards:
+                c = cards[name]
+                out.append(f"| {name} | {c['recipe']} | {c['data']['examples']:,} | {c['data']['average_length']:.1f} | "
+                           f"{c['steps']} | {c['tokens_seen_total']:,} | {c.get('cpu_seconds_total', 0) / 60:.0f} | "
+                           f"{c['loss_history'][-1]['loss'] if c['loss_history'] else float('nan'):.3f} |")
+        out.append("")
+    slots = folder / "slot_lengths.json"
+    if slots.is_file():
+        lengths = json.loads(slots.read_text())
+        out += ["Average expost training sequence length per slot length (the same pairs and k-mixture; unused "
+                "slot positions are skipped, not padded, so the length hardly depends on the slot):", "",
+                "| slot | " + " | ".join(lengths) + " |", "|---|" + "---:|" * len(lengths),
+                "| tokens | " + " | ".join(f"{v:.1f}" for v in lengths.values()) + " |", ""]
+    return out
+
+
+def _orderings(runs: list[dict]) -> list[str]:
+    """The paper's claims, checked on what was measured (a claim without its runs is reported as not measured)."""
+    out = ["## The paper's orderings, checked", ""]
+    test = "iwslt17"
+    e, g, p = _by(runs, test, "expost"), _by(runs, test, "gpe"), _by(runs, test, "prefix")
+    nm, sl = _by(runs, test, "expost-nomask"), _by(runs, test, "slotless")
+    for k in sorted(e):
+        checks = []
+        if k in g:
+            checks.append(f"ExPosST {'>=' if e[k]['BLEU'] >= g[k]['BLEU'] else '<'} GPE")
+        for label, other in (("w/o mask", nm), ("w/o slot", sl)):
+            if k in other:
+                checks.append(f"ExPosST {'>' if e[k]['BLEU'] > other[k]['BLEU'] else '<='} {label}")
+        if k in p:
+            gap = e[k]["BLEU"] - p[k]["BLEU"]
+            checks.append(f"ExPosST - prefix = {gap:+.2f} BLEU ({'within' if abs(gap) <= 1 or gap > 0 else 'not within'}"
+                          " 1)")
+            if k == 3 and e[k]["gflops"]:
+                ratio = p[k]["gflops"] / e[k]["gflops"]
+                checks.append(f"prefix / ExPosST GFLOPs = {ratio:.2f} ({'>=' if ratio >= 4 else '<'} 4)")
+        out.append(f"- wait-{k} ({test}): " + ("; ".join(checks) if checks else "not measured yet"))
+    return out + [""]
+
+
+# ---- driver ----------------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for f in fields(Plan):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, action="store_true")
+        else:
+            kind = {"int": int, "float": float, "int | None": int, "float | None": float}.get(str(f.type), str)
+            parser.add_argument(flag, type=kind, default=f.default)
+    plan = Plan(**vars(parser.parse_args(argv)))
+    if plan.threads:
+        import torch
+
+        torch.set_num_threads(plan.threads)
+    deadline = time.time() + plan.max_minutes * 60 if plan.max_minutes else None
+    say(json.dumps(asdict(plan)))
+    finished = True
+    if not plan.report_only:
+        for name in plan.methods.split(","):
+            if name not in METHODS:
+                raise SystemExit(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+            todo = [s for t, s, n in run_specs(plan, name) if not (result_dir(plan, name, t, s) / SCORES).is_file()]
+            if not todo:
+                continue
+            adapter = train(plan, name, deadline)
+            if adapter is None or not evaluate_method(plan, name, adapter, deadline):
+                finished = False
+                say(f"{name}: time is up; rerun to continue")
+                break
+        if "expost" in plan.methods.split(","):
+            slot_lengths(plan)
+    write_report(plan)
+    return 0 if finished else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
