@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import SOURCE, TARGET, teacher_forced_parity, tiny_translator
-from simulmt.core.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute
+from simulmt.core.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute, SeqPO
 from simulmt.core.placed import Role
 from simulmt.finetune.schedules import read_n, wait_k
 from tiny_models import ARCHS
@@ -27,6 +27,7 @@ LAYOUTS = {
     "expost": lambda: Expost(slot=4),
     "gpe": lambda: GroupPositions(phi=300),
     "conversation": Conversation,
+    "seqpo": SeqPO,  # conversation that keeps empty steps (those are covered by tests/test_seqpo.py's rollouts)
     "prefix": PrefixRecompute,
 }
 

@@ -189,6 +189,7 @@ class Stream:
         self.segment_reads = self.segment_words = 0
         self.model_ended_segment = False
         self.done = False
+        self.bounded = False  # a length bound, not the model, ended (or will end) the sentence
         self.error: SimulmtError | None = None  # set by an engine when the stream failed
         self.tokens_fed = self.forward_calls = self.cache_crops = self.refed_tokens = 0
         self.flops = 0.0
@@ -241,7 +242,7 @@ class Stream:
                     raise SimulmtError(f"policy {self.policy.describe()} asked to read past the end of the source")
             if self.held is None:
                 if self._at_token_bound():  # as if the model proposed the end
-                    self.held = self.fmt.end_id
+                    self.held, self.bounded = self.fmt.end_id, True
                 else:
                     self.layout.open_target(self.state)
                     logits = self._logits()
@@ -266,7 +267,7 @@ class Stream:
                 self._commit(words)
             if self.source_finished and len(self.written) + bool(self.current) >= self._max_words():
                 self._commit(words)
-                self.done = True
+                self.done = self.bounded = True
         return Status.DONE
 
     # ---- the model side --------------------------------------------------------------------------------------
@@ -305,6 +306,8 @@ class Stream:
     def _read(self) -> None:
         self.layout.read(self.state, self.units[self.state.units_read])
         self.held = None
+        if self.model_ended_segment:  # reads count from the end of a segment, an empty one too (read-n: n more)
+            self.segment_reads = 0
         self.segment_reads += 1
         self.segment_words = 0
         self.model_ended_segment = False

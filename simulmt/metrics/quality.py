@@ -119,6 +119,17 @@ def comet(hypotheses: Sequence[str], references: Sequence[str], sources: Sequenc
     Needs the optional package ``unbabel-comet`` and the model (and its encoder) already on disk:
     nothing is downloaded.  Raises :class:`SimulmtError` otherwise.
     """
+    output, signature = _comet_output(hypotheses, references, sources, model, batch_size, gpus)
+    return float(output.system_score), signature
+
+
+def comet_sentences(hypotheses: Sequence[str], references: Sequence[str], sources: Sequence[str],
+                    model: str = DEFAULT_COMET_MODEL, batch_size: int = 16, gpus: int = 0) -> list[float]:
+    """COMET of each sentence (same requirements as :func:`comet`)."""
+    return [float(x) for x in _comet_output(hypotheses, references, sources, model, batch_size, gpus)[0].scores]
+
+
+def _comet_output(hypotheses, references, sources, model, batch_size, gpus):
     if not (len(hypotheses) == len(references) == len(sources)):
         raise ValueError(f"{len(hypotheses)} hypotheses, {len(references)} references, {len(sources)} sources")
     try:
@@ -136,4 +147,4 @@ def comet(hypotheses: Sequence[str], references: Sequence[str], sources: Sequenc
     data = [{"src": s, "mt": h, "ref": r} for s, h, r in zip(sources, hypotheses, references)]
     output = scorer.predict(data, batch_size=batch_size, gpus=gpus, progress_bar=False)
     version = getattr(comet_lib, "__version__", "unknown")
-    return float(output.system_score), f"model:{model}|version:{version}"
+    return output, f"model:{model}|version:{version}"

@@ -9,6 +9,7 @@ from simulmt.core.layouts.expost import Expost
 from simulmt.core.layouts.gpe import GroupPositions
 from simulmt.core.layouts.naive import NaiveReuse
 from simulmt.core.layouts.prefix import PrefixRecompute
+from simulmt.core.layouts.seqpo import SeqPO
 from simulmt.core.layouts.simulmask import SimulMask, SimulMaskStock
 
 LAYOUTS: dict[str, type[Layout]] = {
@@ -19,6 +20,7 @@ LAYOUTS: dict[str, type[Layout]] = {
     "gpe": GroupPositions,
     "simulmask": SimulMask,
     "simulmask-stock": SimulMaskStock,
+    "seqpo": SeqPO,
 }
 
 
@@ -29,4 +31,4 @@ def make_layout(name: str, **options) -> Layout:
 
 __all__ = ["LAYOUTS", "Layout", "LayoutState", "make_layout", "Expost", "PrefixRecompute", "NaiveReuse",
            "Conversation", "GroupPositions", "SimulMask",
-           "SimulMaskStock"]
+           "SimulMaskStock", "SeqPO"]
