@@ -346,6 +346,12 @@ def _run_demo(options: DemoOptions) -> int:
     return run_demo(translator, k=options.k, fine_tuned=fine_tuned, out=sys.stdout)
 
 
+def _run_rl(options, parser: argparse.ArgumentParser) -> int:
+    from simulmt.rl.train import run_rl  # peft and the engine load here
+
+    return run_rl(options, parser)
+
+
 def _run_finetune(options, parser: argparse.ArgumentParser) -> int:
     from simulmt.finetune.trainer import run_finetune  # transformers' Trainer and peft load here
 
@@ -371,6 +377,7 @@ def _commands() -> dict[str, Command]:
     from simulmt import bench
     from simulmt import evaluate as evaluation
     from simulmt.finetune import options as finetuning
+    from simulmt.rl import options as rl
     from simulmt.service import server
 
     return {
@@ -405,6 +412,13 @@ def _commands() -> dict[str, Command]:
             "Fine-tune a causal LM on sentence pairs laid out as the streaming engine will see them (recipe = layout "
             "+ schedule), save DIR/adapter and DIR/training.json, and evaluate on a dev subset with the streaming "
             "engine. Built on the Hugging Face Trainer: accelerate launch / torchrun / --deepspeed work."),
+        "rl": Command(
+            rl.RLOptions, _run_rl,
+            "sequential policy optimisation (SeqPO-SiMT): GRPO over whole simultaneous translations (resumable)",
+            "Sample --group multi-step translations per sentence (source in chunks of --chunk words; the model "
+            "decides how much to write at each step), reward quality and latency (fused as in SeqPO-SiMT eq. 2), "
+            "and train a LoRA on top of the warm-up adapter with GRPO and a KL penalty to it. Writes DIR/adapter "
+            "(one adapter: serve it with --layout seqpo --policy read-n --n CHUNK), log.jsonl and curves.png."),
     }
 
 

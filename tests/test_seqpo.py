@@ -3,6 +3,7 @@ steps, parity of its tokens with one training forward), and the GRPO loss on a t
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -137,3 +138,74 @@ def test_grpo_step_raises_the_best_sample_and_kl_grows_from_zero():
     assert after[-1] > before[-1] and after[0] < before[0], (before, after)
     _, stats = grpo_loss(model, examples, advantages, pad, beta=0.02)
     assert stats.kl > 0
+
+
+# ---- simulmt rl ----------------------------------------------------------------------------------------------------
+def _files(tmp_path):
+    from tiny_models import CORPUS
+
+    (tmp_path / "src").write_text("\n".join(CORPUS[:6]) + "\n", encoding="utf-8")
+    (tmp_path / "tgt").write_text("\n".join(CORPUS[16:22]) + "\n", encoding="utf-8")
+    return str(tmp_path / "src"), str(tmp_path / "tgt")
+
+
+def test_rl_trains_logs_resumes_and_saves_one_servable_adapter(tmp_path):
+    """Warm-up adapter -> rl on top -> one adapter (rank r1 + r2) whose model equals warm-up + trained LoRA;
+    a run cut after its checkpoint and resumed logs the same steps as an uncut run."""
+    from simulmt.finetune.options import FinetuneOptions
+    from simulmt.finetune.trainer import finetune
+    from simulmt.models import load_model
+    from simulmt.rl.options import RLOptions
+    from simulmt.rl.train import sentence_order, train
+
+    src, tgt = _files(tmp_path)
+    model_dir = tmp_path / "model"
+    tok = make_tokenizer(chat=True)
+    make_model("llama", len(tok)).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    finetune(FinetuneOptions(train_source=src, train_target=tgt, model=str(model_dir), recipe="conversation", n=3,
+                             output=str(tmp_path / "warm"), batch_size=2, grad_accum=1, lora_rank=4, max_steps=2,
+                             eval_lines=0, lr=1e-2, warmup_steps=0), progress=False)
+    warm = str(tmp_path / "warm" / "adapter")
+
+    def options(out, **kw):
+        base = dict(train_source=src, train_target=tgt, model=str(model_dir), init_adapter=warm, lora_rank=4,
+                    group=3, sentences=2, steps=3, lr=1e-3, chunk=3, save_steps=2, output=str(tmp_path / out),
+                    rollout_batch=6, temperature=1.5)
+        return RLOptions(**{**base, **kw})
+
+    whole = train(options("whole"), progress=False)
+    log = [json.loads(line) for line in (tmp_path / "whole" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2, 3] and whole["steps"] == 3
+    assert all(r["trajectories"] == 6 and r["tokens"] > 0 and math.isfinite(r["reward"]) for r in log)
+    assert (tmp_path / "whole" / "curves.png").stat().st_size > 1000
+    # cut after the step-2 checkpoint, then resume: the same steps, the same numbers
+    train(options("cut", steps=2), progress=False)
+    with pytest.raises(SimulmtError, match="already holds a run"):
+        train(options("cut"), progress=False)
+    with pytest.raises(SimulmtError, match="--beta"):
+        train(options("cut", resume=True, beta=0.5), progress=False)
+    train(options("cut", resume=True), progress=False)
+    cut = [json.loads(line) for line in (tmp_path / "cut" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in cut] == [1, 2, 3]
+    assert [r["reward"] for r in cut] == pytest.approx([r["reward"] for r in log])
+    assert cut[-1]["loss"] == pytest.approx(log[-1]["loss"], abs=1e-5)
+    # the saved adapter: warm-up (r=4) and the trained LoRA (r=4) as one rank-8 adapter
+    config = json.loads((tmp_path / "whole" / "adapter" / "adapter_config.json").read_text())
+    assert config["r"] == 8 and config["lora_alpha"] == 8
+    stacked = load_model(str(model_dir), str(tmp_path / "whole" / "adapter"), device="cpu").model
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+    merged = load_model(str(model_dir), warm, device="cpu").model  # the warm-up, merged: the reference
+    ids = torch.tensor([[2, 40, 41, 42, 43, 44]])
+    with torch.no_grad():
+        warm_only = merged(input_ids=ids).logits
+    trained = get_peft_model(merged, LoraConfig(r=4, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear",
+                                                task_type="CAUSAL_LM"))
+    set_peft_model_state_dict(trained, torch.load(tmp_path / "whole" / "checkpoint" / "lora.pt", weights_only=True))
+    with torch.no_grad():
+        mine, expected = stacked(input_ids=ids).logits, trained(input_ids=ids).logits
+    assert float((mine - expected).abs().max()) < 1e-4
+    assert float((mine - warm_only).abs().max()) > 1e-6  # the trained LoRA changed the model
+    first_epoch = sentence_order(6, 0, 0, 4) + sentence_order(6, 0, 1, 4)[:2]
+    assert sorted(first_epoch) == list(range(6))
