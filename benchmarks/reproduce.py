@@ -14,7 +14,8 @@ expost adapter also at inference slots 4..64 (the slot-mismatch table).
 
 Staged and resumable. The unit of work is a method: train (``--resume`` continues an interrupted run), then
 evaluate it run by run (``simulmt evaluate``'s resumable logs). Adapters and logs in progress live in ``--work``
-(not committed). What a finished run leaves in ``--results`` (committed: ``config.json``, ``scores.json``, the
+(not committed; a run records its adapter's SHA-256, and runs of an adapter that had to be retrained are redone,
+so one method's numbers never mix two adapters). What a finished run leaves in ``--results`` (committed: ``config.json``, ``scores.json``, the
 gzipped ``instances.log``, ``cost.json`` with CPU seconds) is never redone, so a later session only does what is
 missing, and ``--report-only`` rebuilds the page from the committed runs alone. No number is chosen on a test set:
 the budget, mix and k-mixture are fixed here in advance.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import math
 import platform
@@ -77,7 +79,7 @@ class Plan:
     batch_size: int = 8
     grad_accum: int = 4
     iwslt_lines: int = 300
-    m30k_lines: int = 1000
+    m30k_lines: int = 300
     mismatch_lines: int = 100
     ks: str = "1,3,5,7"
     ns: str = "2,3,5,7"
@@ -190,6 +192,13 @@ def evaluate_method(plan: Plan, name: str, adapter: Path, deadline: float | None
     """Evaluate every run of the method not in --results yet; True when all are done."""
     from simulmt.translator import Translator
 
+    digest = hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
+    for test, spec, _ in run_specs(plan, name):  # runs of another adapter (retrained after its loss) are redone
+        done = result_dir(plan, name, test, spec)
+        cost = done / "cost.json"
+        if cost.is_file() and json.loads(cost.read_text()).get("adapter_sha256") != digest:
+            say(f"{name}: {test} {spec.name} was made with another adapter: redoing it")
+            shutil.rmtree(done)
     todo = [(t, s, n) for t, s, n in run_specs(plan, name) if not (result_dir(plan, name, t, s) / SCORES).is_file()]
     if not todo:
         return True
@@ -209,7 +218,8 @@ def evaluate_method(plan: Plan, name: str, adapter: Path, deadline: float | None
         translate_run(translator, spec, test_set, work, config, progress=sys.stderr.isatty(),
                       batch_size=plan.eval_batch)
         score_run(work)
-        cost = {"cpu_seconds": round(time.process_time() - cpu, 1), "wall_seconds": round(time.time() - wall, 1)}
+        cost = {"cpu_seconds": round(time.process_time() - cpu, 1), "wall_seconds": round(time.time() - wall, 1),
+                "adapter_sha256": digest}
         done = result_dir(plan, name, test, spec)
         done.mkdir(parents=True, exist_ok=True)
         for file in (CONFIG, SCORES):
@@ -457,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                 finished = False
                 say(f"{name}: time is up; rerun to continue")
                 break
-        if "expost" in plan.methods.split(","):
+        if "expost" in plan.methods.split(",") and (deadline is None or time.time() < deadline):
             slot_lengths(plan)
     write_report(plan)
     return 0 if finished else 3

@@ -291,8 +291,9 @@ def test_init_adapter_continues_a_trained_adapter(corpus, tmp_path):
     save_file({k: v.to(torch.bfloat16) for k, v in load_file(stored).items()}, str(stored))  # as shipped
     fresh = finetune(options(corpus, tmp_path / "fresh", max_steps=1), translator=fresh_translator("llama"),
                      progress=False)
-    cont = finetune(options(corpus, tmp_path / "cont", max_steps=4, init_adapter=str(tmp_path / "first" / "adapter")),
-                    translator=fresh_translator("llama"), progress=False)
+    cont = finetune(options(corpus, tmp_path / "cont", max_steps=4, init_adapter=str(tmp_path / "first" / "adapter"),
+                            lora_rank=16), translator=fresh_translator("llama"), progress=False)
+    assert cont["hyperparameters"]["adapter"]["lora_rank"] == 4  # the adapter's own rank, not --lora-rank
     start, fresh_start = cont["loss_history"][0]["loss"], fresh["loss_history"][0]["loss"]
     assert abs(start - first["loss_history"][-1]["loss"]) < 0.5 * (fresh_start - first["loss_history"][-1]["loss"])
     assert cont["loss_history"][-1]["loss"] < start

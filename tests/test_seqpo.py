@@ -86,6 +86,24 @@ def test_rollout_chunks_history_and_parity():
         assert row == len(logp) >= 1
 
 
+def test_labels_are_the_sampled_tokens_even_where_a_rule_overrode_them():
+    """A segment bound of one word closes each turn after its first word: the placed token there is the turn's
+    end, but what the model sampled (and what GRPO must weigh) is the next word's first token."""
+    tr = tiny_translator("llama")
+    (group,) = sample_groups(tr, [(SOURCE, "x")], group=2, chunk=3, temperature=1.5, seed=5, max_segment_words=1)
+    overridden = 0
+    for t in group:
+        ex = t.example
+        labelled = [i for i, label in enumerate(ex.labels) if label != IGNORE]
+        assert len(labelled) == sum(1 for length in t.choices if length <= len(t.tokens))
+        for i in labelled:
+            placed = t.tokens[i + 1] if i + 1 < len(t.tokens) else None
+            if placed is not None and placed.role is Role.END and ex.labels[i] != placed.token_id:
+                overridden += 1
+                assert tr.vocabulary.word_starts[ex.labels[i]]  # a word the bound did not let it write
+    assert overridden >= 1
+
+
 def test_an_empty_step_is_kept_as_an_end_token():
     """A model that ends every turn at once writes nothing, but each step's decision stays in the sequence."""
     tr = fresh_translator()
@@ -202,7 +220,7 @@ def test_rl_trains_logs_resumes_and_saves_one_servable_adapter(tmp_path):
         warm_only = merged(input_ids=ids).logits
     trained = get_peft_model(merged, LoraConfig(r=4, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear",
                                                 task_type="CAUSAL_LM"))
-    set_peft_model_state_dict(trained, torch.load(tmp_path / "whole" / "checkpoint" / "lora.pt", weights_only=True))
+    set_peft_model_state_dict(trained, torch.load(tmp_path / "whole" / "checkpoint" / "state.pt", weights_only=True)["lora"])
     with torch.no_grad():
         mine, expected = stacked(input_ids=ids).logits, trained(input_ids=ids).logits
     assert float((mine - expected).abs().max()) < 1e-4

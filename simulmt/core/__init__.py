@@ -7,7 +7,7 @@ Read it bottom up, each file one concept:
   and how far a key is from a query for ALiBi models;
 * ``prompt_format``, ``vocabulary``: the token pieces of a prompt and what the decoder must know per token;
 * ``layouts/``: where tokens go and which position ids they get (expost, prefix, naive, conversation, gpe,
-  simulmask);
+  simulmask, seqpo);
 * ``policies``: READ or WRITE, as data, from a stream's state;
 * ``examples``: a sentence pair laid out along a schedule, as training sees it;
 * ``samplers``: greedy, seeded sampling, forced; each returns a token and its log-probability;

@@ -8,14 +8,15 @@ where it is not. ``adopt_alibi`` switches the model's own bias off, but only for
 (a 2-D padding mask, or none, still gets the model's stock ALiBi, so ``generate`` and friends are unchanged):
 
 * Bloom: ``BloomModel.build_alibi_tensor`` returns zeros for a 4-D mask (the mask carries the bias; Bloom adds
-  the bias to the scores before scaling them by 1/sqrt(head dim): the per-head coefficient is the slope).
+  its bias unscaled to the scaled scores, ``alibi + q.k / sqrt(head dim)``: the per-head coefficient is the slope).
 * Falcon: its forward cannot build ALiBi from a 4-D mask, and its eager attention adds ALiBi twice (once in the
   scores, once in the mask). For a 4-D mask the model runs its non-ALiBi attention path (eager or SDPA: plain
   scores + mask), with rotary embedding turned into the identity. Falcon scales the bias with the scores: the
   per-head coefficient is the slope / sqrt(head dim), the slope rounded to bfloat16 as Falcon's own code does.
 
-The distances are exact float32 counts (Falcon's own code multiplies in bfloat16, which rounds positions beyond
-256; softmax does not care about a per-row constant, so only the differences matter).
+The distances are exact counts; the bias is computed in float32 and cast to the model's dtype with the mask (in
+bfloat16 a bias of 256 or more is rounded to steps of 2, the same in training and streaming, so parity holds;
+Falcon's own code also multiplies in bfloat16). Softmax ignores a per-row constant, so only differences matter.
 """
 
 from __future__ import annotations

@@ -189,7 +189,7 @@ class Stream:
         self.segment_reads = self.segment_words = 0
         self.model_ended_segment = False
         self.done = False
-        self.bounded = False  # a length bound, not the model, ended (or will end) the sentence
+        self.choices: dict[int, int] = {}  # context length (placed tokens) -> the token the sampler chose there
         self.error: SimulmtError | None = None  # set by an engine when the stream failed
         self.tokens_fed = self.forward_calls = self.cache_crops = self.refed_tokens = 0
         self.flops = 0.0
@@ -242,7 +242,7 @@ class Stream:
                     raise SimulmtError(f"policy {self.policy.describe()} asked to read past the end of the source")
             if self.held is None:
                 if self._at_token_bound():  # as if the model proposed the end
-                    self.held, self.bounded = self.fmt.end_id, True
+                    self.held = self.fmt.end_id
                 else:
                     self.layout.open_target(self.state)
                     logits = self._logits()
@@ -267,7 +267,7 @@ class Stream:
                 self._commit(words)
             if self.source_finished and len(self.written) + bool(self.current) >= self._max_words():
                 self._commit(words)
-                self.done = self.bounded = True
+                self.done = True
         return Status.DONE
 
     # ---- the model side --------------------------------------------------------------------------------------
@@ -361,6 +361,7 @@ class Stream:
             token, self._held_logprob = self.sampler.choose(logits, self.accepted)
         else:
             token, self._held_logprob = self.sampler.choose(self._allowed(logits), self.accepted)
+            self.choices[len(self.fed)] = token  # what the model chose, before any rule below overrides it
             if token in repeated_ngram_bans(self.target_tokens, self.config.no_repeat_ngram):
                 # the model wants to repeat itself: it has nothing new to say, which is an end proposal
                 # (a READ before the source is finished); where the policy forbids that, its next best token

@@ -68,7 +68,8 @@ class FinetuneOptions:
     full: bool = field(default=False, metadata={"help": "fine-tune every weight instead of a LoRA adapter"})
     init_adapter: str | None = field(default=None, metadata={
         "help": "continue training this LoRA adapter (a shipped adapter's name or a PEFT directory) instead of a "
-                "fresh one; its rank, alpha and target modules are the adapter's own", "metavar": "ADAPTER"})
+                "fresh one; its rank, alpha, dropout and target modules are the adapter's own (--lora-* are "
+                "ignored; training.json records the adapter's)", "metavar": "ADAPTER"})
     # ---- optimisation ----
     lr: float | None = field(default=None, metadata={
         "help": "peak learning rate (default: 2e-4 with LoRA, as in the paper; 1e-5 with --full)"})

@@ -227,6 +227,18 @@ def _wrap_model(model, options: FinetuneOptions, model_name: str):
         raise SimulmtError(f"LoRA could not be applied with --lora-targets {targets}: {exc}") from exc
 
 
+def _adapter_card(model, options: FinetuneOptions) -> dict:
+    """The LoRA actually trained: its own rank, alpha, dropout and targets (an --init-adapter brings its own)."""
+    config = getattr(model, "peft_config", {}).get("default")
+    if config is None:
+        return {"lora_rank": options.lora_rank, "lora_alpha": options.lora_alpha,
+                "lora_dropout": options.lora_dropout, "lora_targets": options.lora_targets, "init_adapter": None}
+    targets = config.target_modules
+    return {"lora_rank": config.r, "lora_alpha": config.lora_alpha, "lora_dropout": config.lora_dropout,
+            "lora_targets": targets if isinstance(targets, str) else ",".join(sorted(targets)),
+            "init_adapter": options.init_adapter}
+
+
 def _warmup(options: FinetuneOptions, total_steps: int) -> int:
     if options.warmup_steps is not None:
         return options.warmup_steps
@@ -359,11 +371,7 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
                             "batch_size": options.batch_size, "grad_accum": options.grad_accum,
                             "world_size": args.world_size,
                             "effective_batch": options.batch_size * options.grad_accum * args.world_size,
-                            "adapter": "full" if options.full else {"lora_rank": options.lora_rank,
-                                                                   "lora_alpha": options.lora_alpha,
-                                                                   "lora_dropout": options.lora_dropout,
-                                                                   "lora_targets": options.lora_targets,
-                                                                   "init_adapter": options.init_adapter},
+                            "adapter": "full" if options.full else _adapter_card(model, options),
                             "seed": options.seed, "bf16": options.bf16},
     })
     final_dir = out / ("model" if options.full else "adapter")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simulmt.errors import SimulmtError
-from simulmt.option_fields import language_field, model_field
+from simulmt.option_fields import device_field, language_field, model_field
 from simulmt.core.prompt_format import language_name
 from simulmt.rl.reward import LATENCY_METRICS, QUALITY_METRICS, TRUNCATIONS
 
@@ -30,6 +30,7 @@ class RLOptions:
     init_adapter: str | None = field(default=None, metadata={
         "help": "the warm-up adapter (e.g. a `finetune --recipe conversation --n M` run's adapter), merged into the "
                 "weights: the policy starts there and it is the KL reference", "metavar": "ADAPTER"})
+    device: str | None = device_field()
     lora_rank: int = field(default=8, metadata={"help": "rank of the LoRA adapter trained on top"})
     lora_alpha: float = field(default=16.0, metadata={"help": "its alpha"})
     # ---- the process and the reward ----

@@ -4,8 +4,10 @@ The source is cut into chunks of m words (``ReadN(m)``); at each step the model 
 own earlier steps and writes this step's translation, possibly nothing (the ``seqpo`` layout keeps the end it
 proposed at once). Each trajectory samples with its own seeded ``Sampling``, so a group is reproducible alone or
 batched with others. What a trajectory keeps is what training needs: the final placed list in time order (the
-end of the sentence appended), whose labelled positions are exactly the tokens the model chose (each a proposal
-from the same context: the parity invariant), and the prediction and delays that the reward scores.
+end of the sentence appended), labelled with exactly the tokens the model sampled, each after the context it was
+sampled from (the parity invariant makes one training forward give the same distribution), and the prediction and
+delays that the reward scores. The log-probabilities GRPO uses are those of the model itself (temperature 1, no
+nucleus, no rule); sample with ``temperature=1, top_p=1`` (the defaults) to stay on-policy.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from simulmt.core.engine import Engine, run_batched
-from simulmt.core.examples import TrainingExample
+from simulmt.core.examples import IGNORE, TrainingExample
 from simulmt.core.layouts import SeqPO
-from simulmt.core.placed import PlacedToken, Role, labels_for
+from simulmt.core.placed import PlacedToken, Role
 from simulmt.core.policies import ReadN
 from simulmt.core.samplers import Sampling
 from simulmt.core.stream import Stream
@@ -28,13 +30,22 @@ class Trajectory:
     reference: str
     prediction: str
     delays: list[int]
-    tokens: list[PlacedToken]  # time order; the final end appended when the model chose it (not a length bound)
+    tokens: list[PlacedToken]  # time order, the final end appended
+    choices: dict[int, int]  # context length -> the token the model sampled there (the stream's ``choices``)
     error: str | None = None
     stream: Stream | None = field(default=None, repr=False)  # kept with ``record=True`` (its proposals)
 
     @property
     def example(self) -> TrainingExample:
-        return TrainingExample(self.tokens, labels_for(self.tokens))
+        """The placed list labelled with the model's own choices, and nothing else: the token sampled after each
+        context (also where a rule then overrode it: a segment bound closed the turn, a repeat became an end, a
+        sampled <eos> was placed as the turn's end marker), never a token a rule placed without a sample (an end
+        forced by a length bound)."""
+        labels = [IGNORE] * len(self.tokens)
+        for length, token in self.choices.items():
+            if 0 < length <= len(self.tokens):
+                labels[length - 1] = token
+        return TrainingExample(self.tokens, labels)
 
     @property
     def steps(self) -> int:
@@ -65,9 +76,9 @@ def sample_groups(translator, pairs: Sequence[tuple[str, str]], group: int = 5, 
         for stream in streams[i * group:(i + 1) * group]:
             result = stream.result()
             tokens = list(stream.state.tokens)
-            if tokens and tokens[-1].role.target_side and not stream.bounded:  # the model's own final end
+            if tokens and tokens[-1].role.target_side:  # the end of the sentence (labelled if the model chose it)
                 tokens.append(PlacedToken(translator.fmt.end_id, tokens[-1].position + 1, Role.END))
             members.append(Trajectory(source, reference, result.prediction, list(result.delays), tokens,
-                                      result.error, stream if record else None))
+                                      dict(stream.choices), result.error, stream if record else None))
         groups.append(members)
     return groups

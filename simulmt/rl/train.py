@@ -35,7 +35,8 @@ from simulmt.rl.reward import fused_rewards, latency_score, normalise, quality_s
 from simulmt.rl.rollout import sample_groups
 
 # options that may change when a run is resumed (they do not change what the run computes step by step)
-_RESUMABLE = {"steps", "resume", "save_steps", "max_minutes", "rollout_batch"}
+_RESUMABLE = {"steps", "resume", "save_steps", "max_minutes", "rollout_batch", "device"}
+STATE = "state.pt"
 
 
 def _say(message: str) -> None:
@@ -68,16 +69,18 @@ def train(options: RLOptions, *, translator=None, progress: bool | None = None) 
     out = Path(options.output).expanduser()
     checkpoint = out / "checkpoint"
     state = _check_output(options, out, checkpoint)
+    model_name = options.model or DEFAULT_MODEL
+    if options.init_adapter is not None:
+        warm_adapter(options.init_adapter, model_name)  # refused now, not after the run
     pairs = data.parallel_files(options.train_source, options.train_target, options.limit)
     if not pairs:
         raise SimulmtError("no training pairs")
-    model_name = options.model or DEFAULT_MODEL
     if translator is None:
         from simulmt.models import load_model
 
         _say(f"loading {model_name}" + (f" with the warm-up adapter {options.init_adapter} merged" if
                                        options.init_adapter else "") + " ...")
-        loaded = load_model(model_name, options.init_adapter or "none", device="cpu")
+        loaded = load_model(model_name, options.init_adapter or "none", device=options.device)
         base, tokenizer = loaded.model, loaded.tokenizer
     else:
         base, tokenizer = translator.model, translator.tokenizer
@@ -90,8 +93,8 @@ def train(options: RLOptions, *, translator=None, progress: bool | None = None) 
     optimizer = torch.optim.AdamW(trainable, lr=options.lr, weight_decay=0.0)
     start = 0
     if state is not None:
-        set_peft_model_state_dict(model, torch.load(checkpoint / "lora.pt", weights_only=True))
-        optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", weights_only=True))
+        set_peft_model_state_dict(model, state["lora"])
+        optimizer.load_state_dict(state["optimizer"])
         start = state["step"]
         _say(f"resuming at step {start}")
     policy = Translator(model, tokenizer, source_lang=options.source_lang, target_lang=options.target_lang,
@@ -183,14 +186,14 @@ def _mean(values: list[float]) -> float:
 
 def _check_output(options: RLOptions, out: Path, checkpoint: Path) -> dict | None:
     if options.resume:
-        if not (checkpoint / "state.json").is_file():
+        if not (checkpoint / STATE).is_file():
             raise SimulmtError(f"--resume: no checkpoint in {checkpoint}")
         saved = json.loads((out / "run.json").read_text())["options"]
         changed = [f"--{k.replace('_', '-')}: was {saved.get(k)!r}, now {v!r}" for k, v in asdict(options).items()
                    if k not in _RESUMABLE and saved.get(k) != v]
         if changed:
             raise SimulmtError("--resume with options that change the run:\n  " + "\n  ".join(changed))
-        return json.loads((checkpoint / "state.json").read_text())
+        return torch.load(checkpoint / STATE, weights_only=True)
     if checkpoint.exists() or (out / "adapter").exists():
         raise SimulmtError(f"{out} already holds a run: pass --resume to continue it, or choose another --output")
     return None
@@ -207,12 +210,11 @@ def _read_log(path: Path, steps: int) -> list[dict]:
 
 
 def _save_checkpoint(checkpoint: Path, model, optimizer, step: int, state_dict) -> None:
+    """One file, written then renamed: a kill leaves the previous checkpoint or this one, never a mix."""
     checkpoint.mkdir(parents=True, exist_ok=True)
-    torch.save(state_dict(model), checkpoint / "lora.pt.tmp")
-    torch.save(optimizer.state_dict(), checkpoint / "optimizer.pt.tmp")
-    (checkpoint / "lora.pt.tmp").replace(checkpoint / "lora.pt")
-    (checkpoint / "optimizer.pt.tmp").replace(checkpoint / "optimizer.pt")
-    (checkpoint / "state.json").write_text(json.dumps({"step": step}) + "\n")
+    torch.save({"lora": state_dict(model), "optimizer": optimizer.state_dict(), "step": step},
+               checkpoint / "state.pt.tmp")
+    (checkpoint / "state.pt.tmp").replace(checkpoint / STATE)
 
 
 # ---- the result: one adapter ---------------------------------------------------------------------------------------
@@ -226,13 +228,8 @@ def save_combined_adapter(model, init_adapter: str | None, model_name: str, dire
     model.save_pretrained(str(directory))
     if init_adapter is None:
         return
-    from simulmt.adapters import resolve_adapter
-
-    warm_dir = resolve_adapter(init_adapter, model_name)[1]
-    warm_config = json.loads((warm_dir / "adapter_config.json").read_text())
+    warm_dir, warm_config = warm_adapter(init_adapter, model_name)
     mine_config = json.loads((directory / "adapter_config.json").read_text())
-    if warm_config.get("rank_pattern") or warm_config.get("alpha_pattern") or warm_config.get("use_rslora"):
-        raise SimulmtError(f"{warm_dir}: rank/alpha patterns and rsLoRA are not supported when combining adapters")
     warm = load_file(str(warm_dir / "adapter_model.safetensors"))
     mine = {k: v.detach().float().cpu() for k, v in get_peft_model_state_dict(model).items()}
     s_warm = warm_config["lora_alpha"] / warm_config["r"]
@@ -249,6 +246,25 @@ def save_combined_adapter(model, init_adapter: str | None, model_name: str, dire
     config = {**warm_config, "r": rank, "lora_alpha": rank, "lora_dropout": 0.0}
     save_file(combined, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
     (directory / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def warm_adapter(init_adapter: str, model_name: str) -> tuple[Path, dict]:
+    """The warm-up adapter's directory and config, if it can be combined with the LoRA trained on top."""
+    from simulmt.adapters import resolve_adapter
+
+    resolved = resolve_adapter(init_adapter, model_name)
+    if resolved is None:
+        raise SimulmtError(f"--init-adapter {init_adapter!r} names no adapter")
+    directory = resolved[1]
+    if not (directory / "adapter_config.json").is_file() or not (directory / "adapter_model.safetensors").is_file():
+        raise SimulmtError(f"--init-adapter: {directory} holds no PEFT LoRA adapter (adapter_config.json and "
+                           f"adapter_model.safetensors)")
+    config = json.loads((directory / "adapter_config.json").read_text())
+    if config.get("peft_type", "LORA") != "LORA" or config.get("rank_pattern") or config.get("alpha_pattern") \
+            or config.get("use_rslora") or config.get("use_dora"):
+        raise SimulmtError(f"--init-adapter {directory}: only a plain LoRA adapter (no rank/alpha patterns, rsLoRA or "
+                           f"DoRA) can be combined with the LoRA trained on top")
+    return directory, config
 
 
 def plot_curves(history: list[dict], path: Path) -> None:
