@@ -279,7 +279,11 @@ def write_report(plan: Plan) -> Path:
             f"alternating) with the same budget of {plan.budget_tokens:,} training tokens, then served with its own "
             "layout (float32, greedy, simulmt's decoding). BLEU and chrF by sacrebleu, latency in source words "
             "(SimulEval's definitions). The scale is tiny next to the paper's (an 8B model, full IWSLT training "
-            "data): read orderings, not absolute numbers.", ""]
+            "data): read orderings, not absolute numbers.", "",
+            "SimulMask: on gemma-3-270m, a RoPE model, the `simulmask` recipe lays out exactly the `slotless` sequence "
+            "(policy mask, contiguous positions), so its row is the w/o slot row; its modified ALiBi needs an ALiBi "
+            "model (Bloom, Falcon-RW), none of which installs offline here (README, \"ALiBi models and SimulMask\").",
+            ""]
     page += _environment(runs)
     for test in TEST_SETS:
         main = [r for r in runs if r["test"] == test]
