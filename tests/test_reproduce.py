@@ -73,3 +73,13 @@ def test_reproduce_runs_every_stage_and_resumes_from_committed_results(tmp_path)
     assert {p: p.stat().st_mtime_ns for p in results.glob("runs/*/*/*/*")} == stamp
     assert reproduce.main([*args, "--report-only"]) == 0
     assert (tmp_path / "docs" / "results.md").read_text() == page
+
+    # a method cut short: its adapter is committed, so the missing run is made with the same weights, not retrained
+    assert (results / "adapters" / "expost" / "adapter_model.safetensors").is_file()
+    missing = results / "runs" / "multi30k" / "expost" / "expost-slot16.wait-3"
+    digest = json.loads((missing / "cost.json").read_text())["adapter_sha256"]
+    shutil.rmtree(missing)
+    shutil.rmtree(tmp_path / "work", ignore_errors=True)
+    assert reproduce.main(args) == 0
+    assert not (tmp_path / "work" / "train").exists()
+    assert json.loads((missing / "cost.json").read_text())["adapter_sha256"] == digest
