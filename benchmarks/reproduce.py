@@ -297,7 +297,8 @@ def write_report(plan: Plan) -> Path:
             "page with `--report-only`). Base model gemma-3-270m; every method is a LoRA adapter (rank 16, alpha 16) "
             "trained "
             f"from scratch on the same {plan.train_pairs:,} pairs (Multi30k captions and wmt-news sentences, "
-            f"alternating) with the same budget of {plan.budget_tokens:,} training tokens, then served with its own "
+            f"alternating, in a seeded order) with the same budget of {plan.budget_tokens:,} training tokens (so "
+            "each method sees as many examples as fit in it: the training table says how many), then served with its own "
             "layout (float32, greedy, simulmt's decoding). BLEU and chrF by sacrebleu, latency in source words "
             "(SimulEval's definitions). The scale is tiny next to the paper's (an 8B model, full IWSLT training "
             "data): read orderings, not absolute numbers.", "",
@@ -305,6 +306,12 @@ def write_report(plan: Plan) -> Path:
             "(policy mask, contiguous positions), so its row is the w/o slot row; its modified ALiBi needs an ALiBi "
             "model (Bloom, Falcon-RW), none of which installs offline here (README, \"ALiBi models and SimulMask\").",
             ""]
+    measured = {r["method"] for r in runs}
+    missing = [m for m in METHODS if m not in measured]
+    expected = sum(len(run_specs(plan, m)) for m in METHODS)
+    page += [f"Status: {len(runs)} of {expected} runs measured"
+             + (f"; methods not measured yet: {', '.join(missing)} (rerun the command to continue)." if missing
+                else "."), ""]
     page += _environment(runs)
     for test in TEST_SETS:
         main = [r for r in runs if r["test"] == test]
@@ -419,13 +426,15 @@ def _training(plan: Plan) -> list[str]:
     cards = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.stem in METHODS}
     out = []
     if cards:
-        out += ["## Training", "", "| method | recipe | examples | average length (tokens) | steps | tokens trained | "
-                "CPU min | final loss |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+        out += ["## Training", "", "| method | recipe | examples laid out | average length (tokens) | steps | "
+                "sequences trained | tokens trained | CPU min | final loss |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for name in METHODS:
             if name in cards:
                 c = cards[name]
+                seen = c["steps"] * c["hyperparameters"]["effective_batch"]
                 out.append(f"| {name} | {c['recipe']} | {c['data']['examples']:,} | {c['data']['average_length']:.1f} | "
-                           f"{c['steps']} | {c['tokens_seen_total']:,} | {c.get('cpu_seconds_total', 0) / 60:.0f} | "
+                           f"{c['steps']} | {seen:,} | {c['tokens_seen_total']:,} | "
+                           f"{c.get('cpu_seconds_total', 0) / 60:.0f} | "
                            f"{c['loss_history'][-1]['loss'] if c['loss_history'] else float('nan'):.3f} |")
         out.append("")
     slots = folder / "slot_lengths.json"
