@@ -46,10 +46,12 @@ from simulmt.evaluate import (CONFIG, LOG, SCORES, EvaluateOptions, RunSpec, rea
 
 @dataclass(frozen=True)
 class Method:
-    recipe: str
+    recipe: str | None  # the finetune recipe; None: the method trains nothing of its own (see start)
     layout: str  # served with
     policy: str = "wait-k"  # wait-k | read-n | offline
     train: tuple = ()  # extra FinetuneOptions as (name, value) pairs
+    start: str | None = None  # the method whose adapter this one uses (no recipe) or starts from (rl)
+    rl: tuple | None = None  # trained with `simulmt rl` on top of start's adapter: extra RLOptions as (name, value)
 
 
 METHODS: dict[str, Method] = {
@@ -60,6 +62,12 @@ METHODS: dict[str, Method] = {
     "gpe": Method("gpe", "gpe", train=(("k_mix", "1,3,5,7,9"),)),
     "conversation": Method("conversation", "conversation", policy="read-n", train=(("n", 3),)),
     "offline": Method("offline", "prefix", policy="offline"),
+    # SeqPO-SiMT (issue 12): the conversation adapter is its warm-up (proportional reference prefixes per chunk of
+    # 3 words); both are served with the seqpo layout (a step may write nothing), at chunks of 2/3/5/7 words.
+    "seqpo-warmup": Method(None, "seqpo", policy="read-n", start="conversation"),
+    "seqpo": Method(None, "seqpo", policy="read-n", start="conversation", rl=(
+        ("chunk", 3), ("group", 5), ("sentences", 4), ("lam", 2.0), ("beta", 0.02), ("quality", "chrf"),
+        ("latency", "AL"), ("truncation", "raw"), ("lr", 1e-5), ("lora_rank", 8))),
 }
 TEST_SETS = {  # name -> (source, reference) under --data
     "iwslt17": ("iwslt17/tst2017.en-de.en", "iwslt17/tst2017.en-de.de"),
@@ -77,6 +85,7 @@ class Plan:
     methods: str = ",".join(METHODS)
     train_pairs: int = 8000  # half Multi30k train (its first lines), half wmt-news train (spread over the years)
     budget_tokens: int = 80_000
+    rl_steps: int = 60  # SeqPO: GRPO steps (x 4 sentences x 5 samples) on the same training pairs
     lora_rank: int = 16  # the adapters are committed (bfloat16, 7.6 MB each at rank 16) so later sessions reuse them
     batch_size: int = 8
     grad_accum: int = 4
@@ -143,9 +152,14 @@ def train(plan: Plan, name: str, deadline: float | None) -> Path | None:
     deadline and then committed in bfloat16; None if time ran out first."""
     from simulmt.finetune.trainer import finetune
 
+    method = METHODS[name]
+    if method.recipe is None and method.rl is None:
+        return train(plan, method.start, deadline)
     kept = Path(plan.results) / "adapters" / name
     if (kept / "adapter_config.json").is_file():
         return kept
+    if method.rl is not None:
+        return train_rl(plan, name, deadline)
     out = Path(plan.work) / "train" / name
     if (out / "adapter" / "adapter_config.json").is_file() and (out / "training.json").is_file():
         card = json.loads((out / "training.json").read_text())
@@ -171,6 +185,40 @@ def train(plan: Plan, name: str, deadline: float | None) -> Path | None:
     (results / f"{name}.json").write_text(json.dumps({**card, "cpu_seconds_total": cpu}, indent=2,
                                                      ensure_ascii=False) + "\n")
     return keep_adapter(out / "adapter", kept)
+
+
+def train_rl(plan: Plan, name: str, deadline: float | None) -> Path | None:
+    """A SeqPO adapter: ``simulmt rl`` on top of the start method's adapter (resumed from its checkpoint)."""
+    from simulmt.rl.options import RLOptions
+    from simulmt.rl.train import train as rl_train
+
+    method = METHODS[name]
+    warm = train(plan, method.start, deadline)
+    if warm is None:
+        return None
+    minutes = None if deadline is None else (deadline - time.time()) / 60
+    if minutes is not None and minutes < 2:
+        return None
+    out = Path(plan.work) / "train" / name
+    src, tgt = training_files(plan)
+    resume = (out / "checkpoint" / "state.pt").is_file()
+    say(f"{name}: {plan.rl_steps} GRPO steps on top of {method.start}" + (" (resuming)" if resume else ""))
+    card = rl_train(RLOptions(train_source=str(src), train_target=str(tgt), model=plan.model, init_adapter=str(warm),
+                              steps=plan.rl_steps, output=str(out), resume=resume, max_minutes=minutes,
+                              save_steps=5, **dict(method.rl)), progress=False)
+    spent = out / "cpu_seconds.txt"
+    with open(spent, "a") as f:
+        f.write(f"{card['cpu_seconds_this_run']}\n")
+    if card["stopped_by_time_limit"]:
+        return None
+    results = Path(plan.results) / "training"
+    results.mkdir(parents=True, exist_ok=True)
+    cpu = sum(float(line) for line in spent.read_text().split())
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    (results / f"{name}.json").write_text(json.dumps({**card, "cpu_seconds_total": cpu, "log": log}, indent=2,
+                                                     ensure_ascii=False) + "\n")
+    shutil.copyfile(out / "curves.png", Path(plan.results) / f"{name}_curves.png")
+    return keep_adapter(out / "adapter", Path(plan.results) / "adapters" / name)
 
 
 def keep_adapter(adapter: Path, kept: Path) -> Path:
@@ -325,6 +373,7 @@ def write_report(plan: Plan) -> Path:
                        title=f"{test} ({main[0]['sentences']} lines): one curve per method")
         page += _table(main)
     page += _ablation(runs) + _slot_mismatch(runs) + _compute(runs, results) + _training(plan) + _orderings(runs)
+    page += _seqpo(plan, runs, results)
     path = results.parent / "results.md"
     path.write_text("\n".join(page) + "\n", encoding="utf-8")
     say(f"wrote {path}")
@@ -423,7 +472,7 @@ def _compute(runs: list[dict], results: Path) -> list[str]:
 
 def _training(plan: Plan) -> list[str]:
     folder = Path(plan.results) / "training"
-    cards = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.stem in METHODS}
+    cards = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.stem in METHODS and METHODS[p.stem].rl is None}
     out = []
     if cards:
         out += ["## Training", "", "| method | recipe | examples laid out | average length (tokens) | steps | "
@@ -469,6 +518,100 @@ def _orderings(runs: list[dict]) -> list[str]:
                 checks.append(f"prefix / ExPosST GFLOPs = {ratio:.2f} ({'>=' if ratio >= 4 else '<'} 4)")
         out.append(f"- wait-{k} ({test}): " + ("; ".join(checks) if checks else "not measured yet"))
     return out + [""]
+
+
+def _seqpo(plan: Plan, runs: list[dict], results: Path) -> list[str]:
+    """Issue 12's experiment: SeqPO against its warm-up (both served with the seqpo layout, chunks of n words) and
+    against ExPosST wait-k at a similar AL; BLEU against AL, the paper's axes."""
+    warm_name, rl_name = "seqpo-warmup", "seqpo"
+    if not any(r["method"] in (warm_name, rl_name) for r in runs):
+        return []
+    spec = dict(METHODS[rl_name].rl)
+    out = ["## SeqPO-SiMT: GRPO on top of the warm-up (issue 12)", "",
+           f"Warm-up: the `conversation` adapter above (recipe conversation, read-{dict(METHODS['conversation'].train)['n']}"
+           " chunks, partial translations = proportional prefixes of the reference). SeqPO: `simulmt rl` on top of "
+           f"it, {plan.rl_steps} steps of {spec['sentences']} sentences x {spec['group']} sampled trajectories (chunks "
+           f"of {spec['chunk']} words) from the same training pairs; reward = {spec['lam']} x normalised "
+           f"{spec['quality']} - normalised {spec['latency']} (truncation `{spec['truncation']}`: the paper's "
+           "max(m, normalised L) is the constant m for m >= 2, so it would leave quality alone in the reward), "
+           f"KL weight {spec['beta']}, LoRA rank {spec['lora_rank']} on top, lr {spec['lr']}. Both adapters are served "
+           "with the `seqpo` layout and read-n (a step may write nothing) at chunks of n words. Command: "
+           "`.venv/bin/python benchmarks/reproduce.py --methods seqpo-warmup,seqpo`.", ""]
+    card_path = results / "training" / f"{rl_name}.json"
+    if card_path.is_file():
+        card = json.loads(card_path.read_text())
+        log = card.get("log", [])
+        tenth = max(1, len(log) // 5)
+        if log:
+            head, tail = log[:tenth], log[-tenth:]
+            avg = lambda rows, key: mean(r[key] for r in rows if isinstance(r[key], (int, float)) and math.isfinite(r[key]))  # noqa: E731
+            out += [f"Training: {card['steps']} steps, {card.get('cpu_seconds_total', 0) / 60:.0f} CPU min. Means of "
+                    f"the first and last {tenth} steps (rollouts of the current policy, temperature 1):", "",
+                    "| | reward | quality | latency (AL) | KL |", "|---|---:|---:|---:|---:|",
+                    f"| first {tenth} | {avg(head, 'reward'):+.3f} | {avg(head, 'quality'):.2f} | "
+                    f"{avg(head, 'latency'):.2f} | {avg(head, 'kl'):.4f} |",
+                    f"| last {tenth} | {avg(tail, 'reward'):+.3f} | {avg(tail, 'quality'):.2f} | "
+                    f"{avg(tail, 'latency'):.2f} | {avg(tail, 'kl'):.4f} |", "",
+                    f"![curves](results/{rl_name}_curves.png)", ""]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    for test in TEST_SETS:
+        warm, rl, wk = _by(runs, test, warm_name), _by(runs, test, rl_name), _by(runs, test, "expost")
+        ns = sorted(set(warm) | set(rl))
+        if not ns:
+            continue
+        figure = Figure(figsize=(7, 4.6), dpi=110, layout="constrained")
+        FigureCanvasAgg(figure)
+        ax = figure.subplots()
+        for name, curve, prefix in ((warm_name, warm, "n"), (rl_name, rl, "n"), ("expost wait-k", wk, "k")):
+            keys = sorted(curve, key=lambda v: curve[v]["AL"])
+            if keys:
+                line, = ax.plot([curve[v]["AL"] for v in keys], [curve[v]["BLEU"] for v in keys], marker="o", label=name)
+                for v in keys:
+                    ax.annotate(f"{prefix}{v}", (curve[v]["AL"], curve[v]["BLEU"]), textcoords="offset points",
+                                xytext=(4, 4), fontsize=8, color=line.get_color())
+        ax.set_xlabel("AL (source words)")
+        ax.set_ylabel("BLEU")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=9)
+        ax.set_title(f"{test}: SeqPO vs its warm-up (seqpo layout, chunks of n words)", fontsize=10)
+        figure.savefig(results / f"{test}_seqpo_bleu_al.png", format="png")
+        out += [f"{test} (first {next(iter((warm or rl).values()))['sentences']} lines):", "",
+                f"![{test} seqpo](results/{test}_seqpo_bleu_al.png)", "",
+                "| n | warm-up BLEU / AL | SeqPO BLEU / AL | SeqPO above the warm-up's curve? | ExPosST wait-k nearest in AL |",
+                "|---:|---:|---:|---|---|"]
+        for n in ns:
+            w = f"{warm[n]['BLEU']:.2f} / {warm[n]['AL']:.2f}" if n in warm else "-"
+            r = f"{rl[n]['BLEU']:.2f} / {rl[n]['AL']:.2f}" if n in rl else "-"
+            verdict = "-"
+            if n in rl and len(warm) >= 1:
+                ref = _interpolate([(warm[v]["AL"], warm[v]["BLEU"]) for v in warm], rl[n]["AL"])
+                if ref is not None:
+                    verdict = (f"{'yes' if rl[n]['BLEU'] > ref else 'no'} ({rl[n]['BLEU'] - ref:+.2f} BLEU against the "
+                               "warm-up's curve at the same AL)")
+                else:  # outside the warm-up's AL range: compare with its points of at least as much latency
+                    slower = [warm[v]["BLEU"] for v in warm if warm[v]["AL"] >= rl[n]["AL"]]
+                    verdict = ("yes (higher BLEU than every warm-up point with at least its AL)" if slower and
+                               rl[n]["BLEU"] > max(slower) else "no (outside the warm-up's AL range, not dominating)")
+            near = "-"
+            if n in rl and wk:
+                k = min(wk, key=lambda v: abs(wk[v]["AL"] - rl[n]["AL"]))
+                near = f"wait-{k}: {wk[k]['BLEU']:.2f} / {wk[k]['AL']:.2f}"
+            out.append(f"| {n} | {w} | {r} | {verdict} | {near} |")
+        out.append("")
+    return out
+
+
+def _interpolate(curve: list[tuple[float, float]], x: float) -> float | None:
+    """BLEU of a piecewise-linear curve (AL, BLEU) at AL = x; None outside its AL range."""
+    curve = sorted(curve)
+    if len(curve) == 1:
+        return curve[0][1] if abs(curve[0][0] - x) < 1e-9 else None
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+        if x0 <= x <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return None
 
 
 # ---- driver ----------------------------------------------------------------------------------------------------

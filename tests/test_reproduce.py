@@ -83,3 +83,40 @@ def test_reproduce_runs_every_stage_and_resumes_from_committed_results(tmp_path)
     assert reproduce.main(args) == 0
     assert not (tmp_path / "work" / "train").exists()
     assert json.loads((missing / "cost.json").read_text())["adapter_sha256"] == digest
+
+
+@pytest.mark.slow
+def test_reproduce_seqpo_trains_on_the_warmup_adapter_and_reports_both(tmp_path):
+    """Issue 12's experiment: seqpo-warmup reuses the conversation adapter (nothing trained twice), seqpo runs GRPO
+    on top of it and commits the combined adapter, and the page compares them on BLEU against AL."""
+    reproduce = load_script()
+    model = tmp_path / "model"
+    tok = make_tokenizer(chat=True)
+    make_model("llama", len(tok)).save_pretrained(model)
+    tok.save_pretrained(model)
+    data = fake_data(tmp_path / "data")
+    args = ["--data", str(data), "--work", str(tmp_path / "work"), "--results", str(tmp_path / "docs" / "results"),
+            "--model", str(model), "--methods", "seqpo-warmup,seqpo", "--train-pairs", "8", "--budget-tokens", "400",
+            "--batch-size", "2", "--grad-accum", "1", "--iwslt-lines", "2", "--m30k-lines", "2", "--ns", "2,3",
+            "--eval-batch", "4", "--rl-steps", "2"]
+    assert reproduce.main(args) == 0
+    results = tmp_path / "docs" / "results"
+    runs = sorted(p.parent.relative_to(results / "runs").as_posix() for p in results.glob("runs/*/*/*/scores.json"))
+    assert runs == sorted(f"{t}/{m}/seqpo.read-{n}" for t in ("iwslt17", "multi30k") for m in ("seqpo", "seqpo-warmup")
+                          for n in (2, 3))
+    # the warm-up is the conversation method's adapter, trained once; seqpo's adapter is it + the GRPO LoRA
+    assert not (results / "adapters" / "seqpo-warmup").exists()
+    warm = json.loads((results / "adapters" / "conversation" / "adapter_config.json").read_text())
+    combined = json.loads((results / "adapters" / "seqpo" / "adapter_config.json").read_text())
+    assert combined["r"] == warm["r"] + 8
+    card = json.loads((results / "training" / "seqpo.json").read_text())
+    assert card["steps"] == 2 and len(card["log"]) == 2 and card["options"]["truncation"] == "raw"
+    warm_digest = json.loads((results / "runs/iwslt17/seqpo-warmup/seqpo.read-3/cost.json").read_text())
+    assert warm_digest["adapter_sha256"] != json.loads(
+        (results / "runs/iwslt17/seqpo/seqpo.read-3/cost.json").read_text())["adapter_sha256"]
+    page = (tmp_path / "docs" / "results.md").read_text()
+    assert "## SeqPO-SiMT: GRPO on top of the warm-up" in page
+    assert "| 3 |" in page and (results / "iwslt17_seqpo_bleu_al.png").stat().st_size > 1000
+    assert (results / "seqpo_curves.png").is_file()
+    # the training table lists the finetuned methods only (the RL card has no recipe)
+    assert "| conversation | conversation" in page and "| seqpo |" not in page.split("## Training")[1].split("##")[0]
