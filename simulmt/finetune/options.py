@@ -85,13 +85,17 @@ class FinetuneOptions:
     epochs: float = field(default=2.0, metadata={"help": "passes over the training examples"})
     max_minutes: float | None = field(default=None, metadata={
         "help": "stop after this many minutes of training (checkpoint and adapter saved; --resume continues); "
-                "one process only: with several, use --max-steps"})
+                "with several processes, process 0's clock decides for all"})
     sampling: str = field(default="group_by_length", metadata={
         "help": "batch order: group_by_length (less padding) or random", "choices": ("group_by_length", "random")})
     bf16: bool = field(default=False, metadata={
         "help": "bfloat16 mixed precision (autocast; as in the paper): GPUs, and CPUs with AVX512-BF16 or AMX"})
     deepspeed: str | None = field(default=None, metadata={
-        "help": "DeepSpeed config JSON, passed to the Hugging Face Trainer", "metavar": "FILE"})
+        "help": "DeepSpeed config JSON, passed to the Hugging Face Trainer (shipped: simulmt/finetune/configs/)",
+        "metavar": "FILE"})
+    num_processes: int = field(default=1, metadata={
+        "help": "data-parallel processes on this machine (started with torchrun: gloo on a CPU, NCCL on GPUs); "
+                "--batch-size is per process, so the global batch is batch x accumulation x processes", "metavar": "N"})
     # ---- run ----
     output: str = field(default="simulmt-finetune", metadata={
         "help": "run directory: checkpoints, adapter/ (or model/ with --full), training.json, eval.json",
@@ -151,6 +155,8 @@ class FinetuneOptions:
             raise SimulmtError("--weight-decay >= 0, 0 <= --lora-dropout < 1, --lora-alpha > 0 and --max-grad-norm > 0")
         if self.init_adapter is not None and self.full:
             raise SimulmtError("--init-adapter continues a LoRA adapter: it does not go with --full")
+        if self.num_processes < 1:
+            raise SimulmtError(f"--num-processes must be at least 1, got {self.num_processes}")
         if self.eval_lines < 0:
             raise SimulmtError(f"--eval-lines must be 0 or more, got {self.eval_lines}")
 

@@ -4,10 +4,13 @@
           --SimulTrainer.compute_loss--> loss on labelled tokens only --Trainer--> checkpoints, DIR/adapter
           --streaming engine on a dev subset--> BLEU, LAAL  (training.json, eval.json)
 
-Because the loop is the stock ``Trainer``, multi-GPU runs work as usual (not exercised here)::
+Because the loop is the stock ``Trainer``, data parallelism is the launcher's job (tested: 2 gloo processes train
+exactly what 1 process trains with the same global batch, tests/test_distributed_finetune.py)::
 
-    accelerate launch --num_processes 4 -m simulmt finetune ...        # or: torchrun --nproc_per_node 4 -m simulmt ...
-    simulmt finetune ... --deepspeed ds_zero2.json --bf16
+    simulmt finetune ... --num-processes 2                        # torchrun underneath (CPU: gloo, GPUs: NCCL)
+    torchrun --nproc_per_node 4 -m simulmt finetune ...           # the same, launched by hand
+    accelerate launch --multi_gpu --num_processes 8 -m simulmt finetune ... --deepspeed zero2 --bf16  # or zero3
+    accelerate launch --config_file "$(python -m simulmt.finetune.configs fsdp)" -m simulmt finetune ... --bf16
 
 Logits only where there is a label: the model's forward gets ``logits_to_keep`` as a (B, T) boolean mask, so its
 LM head projects only the N labelled rows, (N, V), instead of all B x T (Gemma 3's vocabulary has 262k entries;
@@ -34,6 +37,7 @@ from simulmt.errors import SimulmtError
 from simulmt.core.examples import IGNORE
 from simulmt.finetune import data
 from simulmt.finetune.collator import SimulCollator
+from simulmt.finetune.configs import deepspeed_config
 from simulmt.finetune.options import FinetuneOptions, resume_conflicts
 from simulmt.finetune.recipes import Recipe
 from simulmt.finetune.schedules import Schedule
@@ -73,6 +77,17 @@ class SimulTrainer(Trainer):
         self.run_tokens = 0  # real (non-pad) tokens trained on in this process run
         self.run_sequences = 0
         self.run_padded = 0  # tokens fed including padding
+
+    def _get_train_sampler(self, train_dataset=None):
+        """group_by_length over the GLOBAL batch (per device x accumulation x processes), so N processes of batch
+        b/N see the very batches one process of batch b sees (the stock sampler groups per device: another order)."""
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if self.args.train_sampling_strategy != "group_by_length" or dataset is None:
+            return super()._get_train_sampler(train_dataset)
+        from transformers.trainer_pt_utils import LengthGroupedSampler
+
+        size = self.args.train_batch_size * self.args.gradient_accumulation_steps * max(1, self.args.world_size)
+        return LengthGroupedSampler(size, dataset=dataset, model_input_name="input_ids")
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         real = inputs.pop("real_tokens", None)
@@ -142,9 +157,10 @@ class LossProgress(ProgressCallback):
 
 
 class TimeLimit(TrainerCallback):
-    """Stop (and save a checkpoint) once ``minutes`` of training have passed in this process. The inverse-sqrt
-    schedule does not depend on the total number of steps, so a run cut by time is a complete run. Each process
-    reads its own clock: for multi-process runs use ``--max-steps``."""
+    """Stop (and save a checkpoint) once ``minutes`` of training have passed. The inverse-sqrt schedule does not
+    depend on the total number of steps, so a run cut by time is a complete run. With several processes, process
+    0's clock decides and the decision is broadcast every step, so all stop after the same step (a process that
+    stopped alone would leave the others waiting in their next all-reduce)."""
 
     def __init__(self, minutes: float):
         self.seconds, self.started, self.hit = minutes * 60.0, time.perf_counter(), False
@@ -153,7 +169,12 @@ class TimeLimit(TrainerCallback):
         self.started = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
-        if time.perf_counter() - self.started >= self.seconds:
+        stop = time.perf_counter() - self.started >= self.seconds
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            flag = torch.tensor([int(stop)], device=args.device)
+            torch.distributed.broadcast(flag, src=0)
+            stop = bool(flag.item())
+        if stop:
             control.should_training_stop = control.should_save = self.hit = True
 
 
@@ -187,7 +208,12 @@ def _check_output(options: FinetuneOptions, out: Path) -> str | None:
             raise SimulmtError(f"--resume: no checkpoint-* directory in {out} to continue from")
         saved_path = out / "run.json"
         if saved_path.is_file():
-            conflicts = resume_conflicts(json.loads(saved_path.read_text())["options"], options)
+            saved = json.loads(saved_path.read_text())
+            conflicts = resume_conflicts(saved["options"], options)
+            processes = saved.get("world_size", 1)
+            if processes != _world_size():
+                conflicts.append(f"processes: the run was trained on {processes}, this one has {_world_size()} "
+                                 f"(the global batch would change)")
             if conflicts:
                 raise SimulmtError("--resume with options that change the run:\n  " + "\n  ".join(conflicts))
         return last
@@ -195,6 +221,13 @@ def _check_output(options: FinetuneOptions, out: Path) -> str | None:
         raise SimulmtError(f"{out} already holds a run (checkpoints or a saved adapter): pass --resume to continue "
                            f"it, or choose another --output")
     return None
+
+
+def _world_size() -> int:
+    """Processes of this run as the launcher (torchrun, accelerate) set them up."""
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def _wrap_model(model, options: FinetuneOptions, model_name: str):
@@ -272,8 +305,10 @@ def training_arguments(options: FinetuneOptions, out: Path, total_steps: int) ->
         seed=options.seed,
         data_seed=options.seed,
         bf16=options.bf16,
-        use_cpu=options.bf16 and not torch.cuda.is_available(),  # bf16 autocast on a CPU (AVX512-BF16: ~1.6x)
-        deepspeed=options.deepspeed,
+        # no GPU: say so, which also makes several processes (torchrun, accelerate) one gloo data-parallel group
+        # instead of independent runs, and lets bf16 autocast on a CPU (AVX512-BF16: ~1.6x)
+        use_cpu=not torch.cuda.is_available(),
+        deepspeed=deepspeed_config(options.deepspeed) if options.deepspeed else None,
         train_sampling_strategy=options.sampling,
         remove_unused_columns=False,
         report_to="none",
@@ -342,7 +377,8 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
     if trainer.is_world_process_zero():
         out.mkdir(parents=True, exist_ok=True)
         if resume_from is None:
-            (out / "run.json").write_text(json.dumps({"options": asdict(options)}, indent=2) + "\n")
+            (out / "run.json").write_text(json.dumps({"options": asdict(options), "world_size": args.world_size},
+                                                     indent=2) + "\n")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     kind = "full" if options.full else (f"LoRA from {options.init_adapter}" if options.init_adapter
                                          else f"LoRA r={options.lora_rank}")
@@ -434,8 +470,36 @@ def evaluate(translator, pairs: list[data.Pair], session_kwargs: dict, out: Path
     return summary
 
 
+def launch_command(options: FinetuneOptions) -> list[str]:
+    """The torchrun command that runs ``options`` on ``options.num_processes`` processes of this machine (the
+    same ``simulmt finetune`` in each, without ``--num-processes``; torchrun gives each process its rank)."""
+    import dataclasses
+    import shlex
+
+    inner = shlex.split(dataclasses.replace(options, num_processes=1).command_line())[1:]  # simulmt finetune ...
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+            str(options.num_processes), "-m", "simulmt", *inner]
+
+
 def run_finetune(options: FinetuneOptions, parser=None) -> int:
-    """The CLI entry: run (or dry-run) the fine-tuning; a ``SimulmtError`` is printed, exit code 1."""
+    """The CLI entry: run (or dry-run) the fine-tuning; a ``SimulmtError`` is printed, exit code 1.
+    ``--num-processes N`` (outside a launcher) starts N processes with torchrun and waits for them."""
+    import os
+    import subprocess
+
+    launched = "WORLD_SIZE" in os.environ
+    if options.num_processes > 1 and not launched and not options.dry_run:
+        command = launch_command(options)
+        _say(f"starting {options.num_processes} processes: {' '.join(command[1:])}")
+        env = dict(os.environ)
+        if "OMP_NUM_THREADS" not in env and not torch.cuda.is_available():  # share the cores, do not oversubscribe
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // options.num_processes))
+        return subprocess.run(command, env=env).returncode
+    if launched and options.num_processes > 1 and options.num_processes != _world_size():
+        print(f"simulmt finetune: error: --num-processes {options.num_processes} inside a launcher of "
+              f"{_world_size()} processes: leave --num-processes out under torchrun / accelerate launch",
+              file=sys.stderr)
+        return 1
     try:
         finetune(options)
     except SimulmtError as exc:
