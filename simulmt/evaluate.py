@@ -21,6 +21,12 @@
   for it); it agrees on BLEU, AL, LAAL, AP, DAL and the offsets, not on ATD (it reports 0 for a text log) nor on
   the ``_CA`` variants (it would take ``elapsed`` for delays in source units).
 
+Sharded (``--shard I/N``, or the rank under torchrun / accelerate launch): shard I translates its block of every
+run's sentences into ``DIR/shards/I-of-N/<run>/`` (resumable like any run); the shard that finds all N finished
+merges them into ``DIR/<run>/``, which is then what one process writes (the same ``instances.log`` lines in the same
+order, timings aside; the same scores and signatures), and writes the grid's reports. Rerunning any shard's command
+merges again.
+
 Python: ``evaluate(translator, EvaluateOptions(...)) -> list[RunResult]``; ``score_path(path)`` rescores.
 """
 
@@ -58,7 +64,9 @@ GRID_POLICIES = ("wait-k", "read-n")
 
 # config.json keys that must match for a rerun to continue a run (lines and ms_per_word may change)
 IDENTITY_KEYS = ("run", "model", "adapter", "dtype", "source_lang", "target_lang", "layout", "policy", "k", "n",
-                 "slot", "phi", "decode", "simulmt", "source_sha256", "reference_sha256")
+                 "slot", "phi", "decode", "simulmt", "source_sha256", "reference_sha256", "shard", "first_line")
+SHARDS = "shards"
+TIMING_KEYS = ("elapsed", "wall_ms")  # the only fields of an instance that depend on the machine and the moment
 
 LATENCY_SIGNATURE = ("SimulEval-1.1.4-definitions|unit:word|ref_len:yes|empty:skipped|"
                      "CA:delay*{ms:g}ms+elapsed,ms")
@@ -96,10 +104,15 @@ class EvaluateOptions:
         "help": "refuse, before the model loads, a source line longer than this many words (a test set holds one "
                 "sentence per line; a talk on one line would run for hours)", "metavar": "N"})
     batch_size: int = batch_size_field()
+    shard: str | None = field(default=None, metadata={
+        "help": "translate only block I of N of every run's sentences (I = 1..N: a job array's index), into "
+                "DIR/shards/; the shard that finds all N finished merges them into the runs one process writes. "
+                "Under torchrun / accelerate launch the rank gives the shard", "metavar": "I/N"})
     device: str | None = device_field()
     dtype: str = dtype_field()
 
     def __post_init__(self):
+        self.shard_of()
         for name in ("batch_size", "max_words"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -136,6 +149,19 @@ class EvaluateOptions:
             raise SimulmtError(f"--policies: unknown policy(ies) {', '.join(unknown)}; "
                                f"choose from: {', '.join(GRID_POLICIES)}")
         return names
+
+    def shard_of(self) -> tuple[int, int] | None:
+        """(I, N) of ``--shard I/N``; else, under a launcher of several processes, (RANK + 1, WORLD_SIZE)."""
+        if self.shard is None:
+            world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+            return (int(os.environ.get("RANK", "0")) + 1, world) if world > 1 else None
+        try:
+            i, n = (int(part) for part in self.shard.split("/"))
+        except ValueError:
+            raise SimulmtError(f"--shard takes I/N (e.g. 2/4), got {self.shard!r}") from None
+        if not 1 <= i <= n:
+            raise SimulmtError(f"--shard {self.shard}: I must be in 1..N")
+        return i, n
 
     @property
     def k_values(self) -> tuple[int, ...]:
@@ -538,6 +564,9 @@ def evaluate(translator: "Translator", options: EvaluateOptions, *, progress: bo
     for spec in specs:  # every conflict is found before an hour of translation, not after
         if (output / spec.name).is_dir():
             check_run_dir(output / spec.name, configs[spec])
+    shard = options.shard_of()
+    if shard is not None:
+        return _evaluate_shard(translator, options, test_set, specs, configs, shard, progress, err)
     results = []
     for spec in specs:
         translate_run(translator, spec, test_set, output / spec.name, configs[spec], progress=progress, err=err,
@@ -545,6 +574,85 @@ def evaluate(translator: "Translator", options: EvaluateOptions, *, progress: bo
         results.append(score_run(output / spec.name))
     results.sort(key=_grid_order)
     write_reports(output, results)
+    return results
+
+
+# ---- shards: one grid over several processes or machines ---------------------------------------------------------
+def shard_bounds(lines: int, shard: int, shards: int) -> tuple[int, int]:
+    """Sentences [start, end) of shard ``shard`` (1..N): contiguous blocks whose sizes differ by one at most."""
+    return (shard - 1) * lines // shards, shard * lines // shards
+
+
+def shard_config(config: dict, shard: int, shards: int) -> dict:
+    """A run's config as one shard writes it: its block of the sentences, and which block it is."""
+    start, end = shard_bounds(config["lines"], shard, shards)
+    return {**config, "lines": end - start, "shard": f"{shard}/{shards}", "first_line": start}
+
+
+def _evaluate_shard(translator, options: EvaluateOptions, test_set: TestSet, specs: list[RunSpec],
+                    configs: dict, shard: tuple[int, int], progress: bool, err: TextIO | None) -> list[RunResult]:
+    """Translate this shard's block of every run; merge when every shard is finished. Returns the merged runs'
+    results, or [] while other shards still have work."""
+    import dataclasses
+
+    i, n = shard
+    start, end = shard_bounds(len(test_set.sources), i, n)
+    block = dataclasses.replace(test_set, sources=test_set.sources[start:end],
+                                references=test_set.references[start:end])
+    folder = Path(options.output) / SHARDS / f"{i}-of-{n}"
+    for spec in specs:
+        translate_run(translator, spec, block, folder / spec.name, shard_config(configs[spec], i, n),
+                      progress=progress, err=err, batch_size=options.batch_size)
+    return merge_shards(Path(options.output), specs, configs, n, err=err)
+
+
+def merge_shards(output: Path, specs: list[RunSpec], configs: dict, shards: int,
+                 err: TextIO | None = None) -> list[RunResult]:
+    """If all ``shards`` shards of every run are finished, write each run as one process would have (the blocks'
+    sentences in order, with their indices in the whole set), score the runs and write the grid's reports; else
+    return [] and say which shards are missing."""
+    err = err or sys.stderr
+    blocks, missing = {}, set()
+    for spec in specs:
+        for i in range(1, shards + 1):
+            directory = output / SHARDS / f"{i}-of-{shards}" / spec.name
+            expected = shard_config(configs[spec], i, shards)
+            if not (directory / CONFIG).is_file():
+                missing.add(i)
+                continue
+            check_run_dir(directory, expected)  # a shard of another grid, or another split, is never merged
+            records = read_log(directory / LOG) if (directory / LOG).exists() else []
+            if len(records) < expected["lines"]:
+                missing.add(i)
+            blocks[spec, i] = records[:expected["lines"]]
+    if missing:
+        print(f"simulmt: shards {', '.join(f'{i}/{shards}' for i in sorted(missing))} not finished yet; the shard "
+              f"that finishes last merges (or rerun any shard's command)", file=err)
+        return []
+    results = []
+    (output / SHARDS).mkdir(parents=True, exist_ok=True)
+    with _Lock(output / SHARDS):
+        for spec in specs:
+            directory = output / spec.name
+            directory.mkdir(parents=True, exist_ok=True)
+            check_run_dir(directory, configs[spec])
+            lines = []
+            for i in range(1, shards + 1):
+                first = shard_config(configs[spec], i, shards)["first_line"]
+                lines += [json.dumps({**record, "index": first + record["index"]}, ensure_ascii=False) + "\n"
+                          for record in blocks[spec, i]]
+            tmp = directory / f".{LOG}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.writelines(lines)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, directory / LOG)
+            _write_json(directory / CONFIG, configs[spec])
+            (directory / SIMULEVAL_CONFIG).write_text("source_type: text\ntarget_type: text\n", encoding="utf-8")
+            results.append(score_run(directory))
+    results.sort(key=_grid_order)
+    write_reports(output, results)
+    print(f"simulmt: merged {shards} shards of {len(specs)} run(s) into {output}", file=err)
     return results
 
 
@@ -667,6 +775,10 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
         print("\nsimulmt: interrupted; finished sentences are saved: rerun the same command to continue",
               file=sys.stderr)
         raise
+    if not results:  # a shard whose siblings are still at work: its part is saved
+        i, n = options.shard_of()
+        print(f"shard {i}/{n} finished: {Path(options.output) / SHARDS / f'{i}-of-{n}'}")
+        return 0
     print_table(results)
     output = Path(options.output)
     print(f"wrote {output / RESULTS_MD}, {output / RESULTS_JSON}, {output / PLOT}")
