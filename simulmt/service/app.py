@@ -19,6 +19,10 @@ Routes:
 * ``GET /metrics``: Prometheus text format.
 * ``GET /``: the live-caption page (static HTML + JS, no build step).
 
+Shutting down (SIGTERM or Ctrl-C: ``drain()``): ``/health`` answers 503 ``{"status": "draining"}`` at once (a load
+balancer stops sending clients), new clients are closed with 1013, and every open stream gets an error message and
+a close with 1001 ("going away") and the reason, instead of a dropped connection; then the server exits.
+
 Limits: a refused client (``--max-streams`` reached) is closed with 1013 and the reason; a bad token with 1008; a
 frame over ``max_frame_bytes``, invalid JSON, an unknown type or field get an error message; a client silent for
 ``idle_timeout`` seconds before its ``end`` is closed (1000, "idle timeout"); a client that vanishes has its
@@ -40,6 +44,7 @@ from simulmt.errors import SimulmtError
 
 STATIC = Path(__file__).with_name("static")
 MESSAGE_FIELDS = {"text": {"type", "text"}, "boundary": {"type"}, "end": {"type"}}
+SHUTDOWN_REASON = "server shutting down: reconnect to continue"
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,9 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
     from starlette.routing import Route, WebSocketRoute
     from starlette.websockets import WebSocket, WebSocketDisconnect
 
+    draining = asyncio.Event()  # set by drain(): every stream closes with a reason, new ones are refused
+    open_streams: set[int] = set()
+
     def authorised(scope_headers: dict, query: dict) -> bool:
         if token is None:
             return True
@@ -133,10 +141,14 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
             await ws.send_json({"type": "error", "message": str(exc)})
             await ws.close(code=1008, reason="invalid options")
             return
+        if draining.is_set():
+            await ws.close(code=1013, reason=SHUTDOWN_REASON)
+            return
         client_id = hub.admit()
         if client_id is None:
             await ws.close(code=1013, reason=f"server busy: {hub.max_streams} streams (--max-streams) are open")
             return
+        open_streams.add(client_id)
         loop = asyncio.get_running_loop()
         outbox: asyncio.Queue = asyncio.Queue()
         hub.send("open", client_id, (options.session_kwargs(), lambda m: loop.call_soon_threadsafe(outbox.put_nowait, m)))
@@ -150,13 +162,20 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
                 await ws.send_json(message)
 
         sender = asyncio.create_task(forward())
+        stopping = asyncio.create_task(draining.wait())
         try:
             while not sender.done():
                 receive = asyncio.create_task(ws.receive_text())
-                done, _ = await asyncio.wait({receive, sender}, timeout=idle_timeout,
+                done, _ = await asyncio.wait({receive, sender, stopping}, timeout=idle_timeout,
                                              return_when=asyncio.FIRST_COMPLETED)
                 if sender in done:
                     receive.cancel()
+                    break
+                if stopping in done:
+                    receive.cancel()
+                    sender.cancel()
+                    await ws.send_json({"type": "error", "message": SHUTDOWN_REASON})
+                    await ws.close(code=1001, reason=SHUTDOWN_REASON)
                     break
                 if not done:
                     receive.cancel()
@@ -176,11 +195,22 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
             pass
         finally:
             sender.cancel()
+            stopping.cancel()
             hub.release(client_id)
+            open_streams.discard(client_id)
 
     async def health(request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "model": hub.translator.name, "streams": hub.metrics.clients,
-                             "max_streams": hub.max_streams})
+        return JSONResponse({"status": "draining" if draining.is_set() else "ok", "model": hub.translator.name,
+                             "streams": hub.metrics.clients, "max_streams": hub.max_streams},
+                            status_code=503 if draining.is_set() else 200)
+
+    async def drain(timeout: float = 5.0) -> None:
+        """Close every stream with 1001 and the reason, refuse new ones; return when all are closed (or after
+        ``timeout`` seconds)."""
+        draining.set()
+        deadline = asyncio.get_running_loop().time() + timeout
+        while open_streams and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
 
     async def metrics(request) -> PlainTextResponse:
         m = hub.metrics
@@ -204,5 +234,7 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
     async def page(request) -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
-    return Starlette(routes=[WebSocketRoute("/v1/stream", stream), Route("/health", health),
-                             Route("/metrics", metrics), Route("/", page)])
+    app = Starlette(routes=[WebSocketRoute("/v1/stream", stream), Route("/health", health),
+                            Route("/metrics", metrics), Route("/", page)])
+    app.state.drain = drain
+    return app

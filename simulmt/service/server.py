@@ -33,9 +33,15 @@ class ServeOptions:
     max_frame_bytes: int = field(default=65536, metadata={"help": "largest client frame"})
     device: str | None = device_field()
     dtype: str = dtype_field()
+    replicas: int = field(default=1, metadata={
+        "help": "serve N model replicas (processes) behind HAProxy on --host:--port, supervised (README, "
+                "\"Scaling out\")", "metavar": "N"})
+    balancer_dir: str | None = field(default=None, metadata={
+        "help": "--replicas: where haproxy.cfg, prometheus.yml and replicas.json are written (default: a new "
+                "temporary directory)", "metavar": "DIR"})
 
     def __post_init__(self):
-        for name in ("max_streams", "max_words", "max_frame_bytes"):
+        for name in ("max_streams", "max_words", "max_frame_bytes", "replicas"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
@@ -64,6 +70,10 @@ def run(options: ServeOptions, parser, load_translator: Callable) -> int:
     from simulmt.service.app import create_app
     from simulmt.service.hub import Hub
 
+    if options.replicas > 1:
+        from simulmt.service.replicas import run_replicas
+
+        return run_replicas(options)
     try:
         translator = load_translator(model=options.model, adapter=options.adapter, source_lang=options.source_lang,
                                      target_lang=options.target_lang, device=options.device, dtype=options.dtype)
@@ -76,9 +86,47 @@ def run(options: ServeOptions, parser, load_translator: Callable) -> int:
                      idle_timeout=options.idle_timeout)
     print(f"simulmt serve: {translator.name} on http://{options.host}:{options.port}/ "
           f"(WebSocket /v1/stream, max {options.max_streams} streams)", file=sys.stderr, flush=True)
+    server = GracefulServer(uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
+                                           ws_max_size=options.max_frame_bytes * 4))
     try:
-        uvicorn.run(app, host=options.host, port=options.port, log_level="warning",
-                    ws_max_size=options.max_frame_bytes * 4)
+        server.run()
     finally:
         hub.stop()
     return 0
+
+
+def graceful_server_class():
+    """uvicorn's ``Server`` whose first SIGTERM / Ctrl-C drains the app (``app.state.drain``: every stream closed
+    with 1001 and a reason, /health 503) before the normal shutdown; a second signal exits at once. Stock uvicorn
+    would close the WebSockets with a bare 1012."""
+    import asyncio
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        draining: bool | None = None
+
+        async def startup(self, sockets=None) -> None:
+            self.loop = asyncio.get_running_loop()
+            await super().startup(sockets=sockets)
+
+        def handle_exit(self, sig, frame) -> None:
+            drain = getattr(getattr(self.config.app, "state", None), "drain", None)
+            if self.draining is not None or drain is None or not hasattr(self, "loop"):
+                super().handle_exit(sig, frame)  # a second signal, or nothing to drain: uvicorn's own way
+                return
+
+            async def drain_then_exit() -> None:
+                try:
+                    await drain()
+                finally:
+                    self.should_exit = True
+
+            self.draining = True  # called in a signal handler: hand the work to the loop (and wake it up)
+            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(drain_then_exit()))
+
+    return Server
+
+
+def GracefulServer(config):  # noqa: N802 (a class, built lazily: uvicorn is imported only when serving)
+    return graceful_server_class()(config)
