@@ -24,3 +24,25 @@ def positions_of_targets(tokens) -> list[int]:
     return [t.position for t in tokens if t.role is Role.TARGET]
 
 
+
+
+def save_tiny_model(folder, arch: str = "llama"):
+    """A tiny random model and its chat tokenizer saved as a checkpoint directory (for subprocesses and scripts that
+    load a model by path); returns the directory."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    tok = make_tokenizer(chat=True)
+    make_model(arch, len(tok)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def write_test_set(folder, sources: list[str], references: list[str]):
+    """Line-aligned source and reference files in ``folder``; returns their paths."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    (folder / "src.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    (folder / "ref.de").write_text("\n".join(references) + "\n", encoding="utf-8")
+    return folder / "src.en", folder / "ref.de"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tiny_models import CORPUS, make_model, make_tokenizer
+from helpers import save_tiny_model
+from tiny_models import CORPUS
 
 pytestmark = pytest.mark.slow  # several processes, each loading torch: about a minute in all
 
@@ -20,9 +21,7 @@ pytestmark = pytest.mark.slow  # several processes, each loading torch: about a 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("dist")
-    tok = make_tokenizer(chat=True)
-    make_model("llama", len(tok)).save_pretrained(folder / "model")
-    tok.save_pretrained(folder / "model")
+    save_tiny_model(folder / "model")
     (folder / "train.en").write_text("\n".join(CORPUS[:16]) + "\n", encoding="utf-8")
     (folder / "train.de").write_text("\n".join(CORPUS[16:32]) + "\n", encoding="utf-8")
     return {"folder": folder, "common": ["--model", str(folder / "model"), "--train-source", str(folder / "train.en"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import tiny_translator
+from helpers import tiny_translator, write_test_set
 from simulmt import cli
 from simulmt.errors import SimulmtError
 from simulmt.evaluate import EvaluateOptions, evaluate, read_log, read_test_set, score_path
@@ -29,10 +29,7 @@ def translator():
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> tuple[Path, Path]:
-    folder = tmp_path_factory.mktemp("data")
-    (folder / "src.en").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
-    (folder / "ref.de").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
-    return folder / "src.en", folder / "ref.de"
+    return write_test_set(tmp_path_factory.mktemp("data"), SOURCES, REFERENCES)
 
 
 def _args(data, output, *extra) -> list[str]:

@@ -24,7 +24,8 @@ pytest.importorskip("uvicorn")
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402
 
-from tiny_models import CORPUS, make_model, make_tokenizer  # noqa: E402
+from helpers import save_tiny_model  # noqa: E402
+from tiny_models import CORPUS  # noqa: E402
 
 pytestmark = pytest.mark.slow  # three processes that load torch, and a balancer: about a minute
 
@@ -64,9 +65,7 @@ def cluster(tmp_path_factory):
             pytest.fail("haproxy is not installed (.ci/run installs it)")
         pytest.skip("haproxy is not installed (Debian: apt-get install haproxy)")
     folder = tmp_path_factory.mktemp("replicas")
-    tok = make_tokenizer(chat=True)
-    make_model("llama", len(tok)).save_pretrained(folder / "model")
-    tok.save_pretrained(folder / "model")
+    save_tiny_model(folder / "model")
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     log = open(folder / "supervisor.log", "w")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tiny_models import CORPUS, make_model, make_tokenizer
+from helpers import save_tiny_model
+from tiny_models import CORPUS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,10 +38,7 @@ def fake_data(folder: Path) -> Path:
 @pytest.mark.slow
 def test_reproduce_runs_every_stage_and_resumes_from_committed_results(tmp_path):
     reproduce = load_script()
-    model = tmp_path / "model"
-    tok = make_tokenizer(chat=True)
-    make_model("llama", len(tok)).save_pretrained(model)
-    tok.save_pretrained(model)
+    model = save_tiny_model(tmp_path / "model")
     data = fake_data(tmp_path / "data")
     args = ["--data", str(data), "--work", str(tmp_path / "work"), "--results", str(tmp_path / "docs" / "results"),
             "--model", str(model), "--methods", "expost,offline", "--train-pairs", "8", "--budget-tokens", "600",
@@ -90,10 +88,7 @@ def test_reproduce_seqpo_trains_on_the_warmup_adapter_and_reports_both(tmp_path)
     """Issue 12's experiment: seqpo-warmup reuses the conversation adapter (nothing trained twice), seqpo runs GRPO
     on top of it and commits the combined adapter, and the page compares them on BLEU against AL."""
     reproduce = load_script()
-    model = tmp_path / "model"
-    tok = make_tokenizer(chat=True)
-    make_model("llama", len(tok)).save_pretrained(model)
-    tok.save_pretrained(model)
+    model = save_tiny_model(tmp_path / "model")
     data = fake_data(tmp_path / "data")
     args = ["--data", str(data), "--work", str(tmp_path / "work"), "--results", str(tmp_path / "docs" / "results"),
             "--model", str(model), "--methods", "seqpo-warmup,seqpo", "--train-pairs", "8", "--budget-tokens", "400",
