@@ -546,13 +546,14 @@ def _seqpo(plan: Plan, runs: list[dict], results: Path) -> list[str]:
             head, tail = log[:tenth], log[-tenth:]
             avg = lambda rows, key: mean(r[key] for r in rows if isinstance(r[key], (int, float)) and math.isfinite(r[key]))  # noqa: E731
             out += [f"Training: {card['steps']} steps, {card.get('cpu_seconds_total', 0) / 60:.0f} CPU min. Means of "
-                    f"the first and last {tenth} steps (rollouts of the current policy, temperature 1):", "",
-                    "| | reward | quality | latency (AL) | KL |", "|---|---:|---:|---:|---:|",
-                    f"| first {tenth} | {avg(head, 'reward'):+.3f} | {avg(head, 'quality'):.2f} | "
-                    f"{avg(head, 'latency'):.2f} | {avg(head, 'kl'):.4f} |",
-                    f"| last {tenth} | {avg(tail, 'reward'):+.3f} | {avg(tail, 'quality'):.2f} | "
-                    f"{avg(tail, 'latency'):.2f} | {avg(tail, 'kl'):.4f} |", "",
-                    f"![curves](results/{rl_name}_curves.png)", ""]
+                    f"the first and last {tenth} steps over the sampled trajectories (the current policy, temperature "
+                    "1; the fused reward is normalised within each group, so its mean is 0 by construction and is "
+                    "not shown):", "",
+                    f"| steps | {spec['quality']} | {spec['latency']} (source words) | KL to the warm-up |",
+                    "|---|---:|---:|---:|",
+                    f"| first {tenth} | {avg(head, 'quality'):.2f} | {avg(head, 'latency'):.2f} | {avg(head, 'kl'):.4f} |",
+                    f"| last {tenth} | {avg(tail, 'quality'):.2f} | {avg(tail, 'latency'):.2f} | {avg(tail, 'kl'):.4f} |",
+                    "", f"![curves](results/{rl_name}_curves.png)", ""]
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -579,11 +580,13 @@ def _seqpo(plan: Plan, runs: list[dict], results: Path) -> list[str]:
         figure.savefig(results / f"{test}_seqpo_bleu_al.png", format="png")
         out += [f"{test} (first {next(iter((warm or rl).values()))['sentences']} lines):", "",
                 f"![{test} seqpo](results/{test}_seqpo_bleu_al.png)", "",
-                "| n | warm-up BLEU / AL | SeqPO BLEU / AL | SeqPO above the warm-up's curve? | ExPosST wait-k nearest in AL |",
-                "|---:|---:|---:|---|---|"]
+                "| n | warm-up BLEU / AL / LAAL / length | SeqPO BLEU / AL / LAAL / length | SeqPO above the warm-up's curve? | "
+                "ExPosST wait-k nearest in AL |", "|---:|---:|---:|---|---|"]
         for n in ns:
-            w = f"{warm[n]['BLEU']:.2f} / {warm[n]['AL']:.2f}" if n in warm else "-"
-            r = f"{rl[n]['BLEU']:.2f} / {rl[n]['AL']:.2f}" if n in rl else "-"
+            w = f"{warm[n]['BLEU']:.2f} / {warm[n]['AL']:.2f} / {warm[n]['LAAL']:.2f} / {_length_ratio(warm[n]):.2f}" \
+                if n in warm else "-"
+            r = f"{rl[n]['BLEU']:.2f} / {rl[n]['AL']:.2f} / {rl[n]['LAAL']:.2f} / {_length_ratio(rl[n]):.2f}" \
+                if n in rl else "-"
             verdict = "-"
             if n in rl and len(warm) >= 1:
                 ref = _interpolate([(warm[v]["AL"], warm[v]["BLEU"]) for v in warm], rl[n]["AL"])
@@ -600,7 +603,15 @@ def _seqpo(plan: Plan, runs: list[dict], results: Path) -> list[str]:
                 near = f"wait-{k}: {wk[k]['BLEU']:.2f} / {wk[k]['AL']:.2f}"
             out.append(f"| {n} | {w} | {r} | {verdict} | {near} |")
         out.append("")
+    out += ["Length: target words written / reference words over the run. AL here is SimulEval's (the rate of the "
+            "reference length), so a system that writes more words, sooner, also gets a lower AL; LAAL takes the longer of "
+            "the two lengths and does not reward writing more.", ""]
     return out
+
+
+def _length_ratio(run: dict) -> float:
+    written = sum(len(ins["prediction"].split()) for ins in run["instances"])
+    return written / max(1, sum(len(ins["reference"].split()) for ins in run["instances"]))
 
 
 def _interpolate(curve: list[tuple[float, float]], x: float) -> float | None:
