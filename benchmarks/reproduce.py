@@ -602,11 +602,23 @@ def _seqpo(plan: Plan, runs: list[dict], results: Path) -> list[str]:
                 k = min(wk, key=lambda v: abs(wk[v]["AL"] - rl[n]["AL"]))
                 near = f"wait-{k}: {wk[k]['BLEU']:.2f} / {wk[k]['AL']:.2f}"
             out.append(f"| {n} | {w} | {r} | {verdict} | {near} |")
-        out.append("")
+        out += ["", _curves_compared([(warm[v]["AL"], warm[v]["BLEU"]) for v in warm],
+                                     [(rl[v]["AL"], rl[v]["BLEU"]) for v in rl]), ""]
     out += ["Length: target words written / reference words over the run. AL here is SimulEval's (the rate of the "
             "reference length), so a system that writes more words, sooner, also gets a lower AL; LAAL takes the longer of "
             "the two lengths and does not reward writing more.", ""]
     return out
+
+
+def _curves_compared(warm: list[tuple[float, float]], rl: list[tuple[float, float]]) -> str:
+    """Curve against curve on the AL range both cover: every point of either against the other interpolated."""
+    checks = [(b, _interpolate(rl, a)) for a, b in warm] + [(_interpolate(warm, a), b) for a, b in rl]
+    checks = [(w, r) for w, r in checks if w is not None and r is not None]
+    if not checks:
+        return "The two curves share no AL range yet."
+    above = sum(r > w for w, r in checks)
+    return (f"On the AL range both curves cover, SeqPO's curve is above the warm-up's at {above} of {len(checks)} "
+            "points (each point of either curve against the other curve interpolated at its AL).")
 
 
 def _length_ratio(run: dict) -> float:

@@ -290,14 +290,12 @@ def test_a_2000_word_line_finishes_with_bounded_generation(translator):
 
     bounds = DecodeConfig()
     text = " ".join(["weather garden station coffee"] * 500)  # 2,000 words, no sentence end: cut at 16
-    start = time.perf_counter()
     result, sentences = _translate_counting(translator, text, max_words=16)
     assert len(sentences) == 125 and result.source_length == 2000 and result.error is None
     for words in sentences:
         assert len(words) <= bounds.max_len_a * 16 + bounds.max_len_b
         assert all(len(word.tokens) <= bounds.max_tokens_per_word for word in words)
     assert result.delays == sorted(result.delays) and result.delays[-1] == 2000
-    assert time.perf_counter() - start < 300
 
 
 @pytest.mark.parametrize("source", ["file", "stdin"])
