@@ -307,7 +307,7 @@ def training_arguments(options: FinetuneOptions, out: Path, total_steps: int) ->
         bf16=options.bf16,
         # no GPU: say so, which also makes several processes (torchrun, accelerate) one gloo data-parallel group
         # instead of independent runs, and lets bf16 autocast on a CPU (AVX512-BF16: ~1.6x)
-        use_cpu=not torch.cuda.is_available(),
+        use_cpu=not (torch.cuda.is_available() or torch.backends.mps.is_available()),
         deepspeed=deepspeed_config(options.deepspeed) if options.deepspeed else None,
         train_sampling_strategy=options.sampling,
         remove_unused_columns=False,
