@@ -86,8 +86,8 @@ def run(options: ServeOptions, parser, load_translator: Callable) -> int:
                      idle_timeout=options.idle_timeout)
     print(f"simulmt serve: {translator.name} on http://{options.host}:{options.port}/ "
           f"(WebSocket /v1/stream, max {options.max_streams} streams)", file=sys.stderr, flush=True)
-    server = GracefulServer(uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
-                                           ws_max_size=options.max_frame_bytes * 4))
+    server = graceful_server_class()(uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
+                                                    ws_max_size=options.max_frame_bytes * 4))
     try:
         server.run()
     finally:
@@ -126,7 +126,3 @@ def graceful_server_class():
             self.loop.call_soon_threadsafe(lambda: self.loop.create_task(drain_then_exit()))
 
     return Server
-
-
-def GracefulServer(config):  # noqa: N802 (a class, built lazily: uvicorn is imported only when serving)
-    return graceful_server_class()(config)
