@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 
 from simulmt.parity import ParityRun, forced_tokens, teacher_forced_parity  # noqa: F401 (re-exported for tests)
@@ -18,6 +19,17 @@ TARGET = "Das Wetter ist heute schön und die Kinder spielen im Garten"
 def tiny_translator(arch: str = "llama", chat: bool = True) -> Translator:
     tok = make_tokenizer(chat=chat)
     return Translator(make_model(arch, len(tok)), tok, name=f"tiny-{arch}")
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_interleaved_translator(arch: str = "llama") -> Translator:
+    """A tiny translator whose tokenizer and model have the interleaved layout's two marker tokens."""
+    from simulmt.core.markers import add_interleaved_markers
+
+    tok = copy.deepcopy(make_tokenizer(chat=True))  # the shared tokenizer must not get the markers
+    model = make_model(arch, len(tok))
+    add_interleaved_markers(model, tok)
+    return Translator(model, tok, name=f"tiny-{arch}-interleaved")
 
 
 def positions_of_targets(tokens) -> list[int]:

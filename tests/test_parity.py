@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import SOURCE, TARGET, teacher_forced_parity, tiny_translator
-from simulmt.core.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute, SeqPO
+from helpers import SOURCE, TARGET, teacher_forced_parity, tiny_interleaved_translator, tiny_translator
+from simulmt.core.layouts import (Conversation, Expost, GroupPositions, Interleaved, NaiveReuse, PrefixRecompute,
+                                  SeqPO)
 from simulmt.core.placed import Role
 from simulmt.finetune.schedules import read_n, wait_k
 from tiny_models import ARCHS
@@ -43,6 +44,23 @@ def test_training_forward_equals_streaming(arch, layout, schedule):
     assert run.max_diff <= TOLERANCE
     assert run.session.result().prediction == TARGET  # teacher forcing wrote exactly the target
     assert run.session.result().delays == SCHEDULES[schedule]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_interleaved_parity(arch, schedule):
+    """EASiST's interleaved layout, on models given its two marker tokens (new embedding rows)."""
+    tr = tiny_interleaved_translator(arch)
+    run = teacher_forced_parity(tr, Interleaved(), SOURCE, TARGET, SCHEDULES[schedule])
+    assert run.labels >= Y + 1 and run.unmatched == 0
+    assert run.max_diff <= TOLERANCE
+    assert run.session.result().prediction == TARGET and run.session.result().delays == SCHEDULES[schedule]
+    (example,) = run.examples
+    ids = [t.token_id for t in example.tokens]
+    delays = SCHEDULES[schedule]  # one target chunk per distinct delay, and one for the end after a final read
+    chunks = len(set(delays)) + (max(delays) < X)
+    assert ids.count(tr.fmt.end_of_read) == chunks and ids.count(tr.fmt.end_of_write) == chunks
+    assert example.tokens[-1].token_id == tr.fmt.end_of_write  # the translation ends as every chunk does
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])

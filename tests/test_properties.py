@@ -23,13 +23,13 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from helpers import tiny_translator
+from helpers import tiny_interleaved_translator
 from simulmt import cli
 from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS
 from simulmt.core.session import DecodeConfig
 
-TINY = tiny_translator("llama")
+TINY = tiny_interleaved_translator("llama")  # every layout, the interleaved one included
 BOUNDS = DecodeConfig()
 POLICIES = ("wait-k", "read-n", "offline")
 

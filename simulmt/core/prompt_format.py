@@ -8,11 +8,16 @@ at the placeholders), and from plain-text markers otherwise::
     plain : <bos>{instruction}\\nEnglish: | src | \\nGerman: | tgt | <eos> | \\nEnglish: | src ...
 
 Pieces: ``prompt`` | source | ``target_opener`` | target | ``turn_end`` | ``user_header`` | source ...
+
+The interleaved layout (EASiST) uses the prompt and two marker tokens instead of the turn markers, when the tokenizer
+has them (``simulmt.core.markers.add_interleaved_markers``)::
+
+    interleaved: <bos><start_of_turn>user\n{instruction}\n | src | <|end-of-read|> | tgt | <|end-of-write|> | src ...
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulmt.errors import SimulmtError
 
@@ -46,6 +51,11 @@ class PromptFormat:
     source_first_space: bool  # does the first source word need a leading space (text before it has none)?
     target_first_space: bool  # same for the first target word after the target opener
     chat: bool  # built from a chat template?
+    end_of_read: int | None = None  # ``<|end-of-read|>``: the interleaved layout's "now write" marker (forced)
+    end_of_write: int | None = None  # ``<|end-of-write|>``: ends an interleaved target chunk (predicted)
+
+
+END_OF_READ, END_OF_WRITE = "<|end-of-read|>", "<|end-of-write|>"
 
 
 def _ids(tokenizer, text: str) -> tuple[int, ...]:
@@ -59,8 +69,27 @@ def _instruction(source_lang: str, target_lang: str) -> str:
 def build_format(tokenizer, source_lang: str = "en", target_lang: str = "de", use_chat_template: bool = True) -> PromptFormat:
     src, tgt = language_name(source_lang), language_name(target_lang)
     if use_chat_template and getattr(tokenizer, "chat_template", None):
-        return _chat_format(tokenizer, src, tgt)
-    return _plain_format(tokenizer, src, tgt)
+        fmt = _chat_format(tokenizer, src, tgt)
+    else:
+        fmt = _plain_format(tokenizer, src, tgt)
+    return with_interleaved_markers(fmt, tokenizer)
+
+
+def marker_id(tokenizer, token: str) -> int | None:
+    """The id of a whole-token marker such as ``<|end-of-read|>``, or None if the vocabulary lacks it."""
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if not isinstance(token_id, int) or (token_id == tokenizer.unk_token_id and token != tokenizer.unk_token):
+        return None
+    return token_id
+
+
+def with_interleaved_markers(fmt: PromptFormat, tokenizer) -> PromptFormat:
+    """Fill in the interleaved layout's two markers when the tokenizer has them (``simulmt.core.markers`` adds
+    them); ``<|end-of-write|>`` then also ends a segment wherever it is proposed."""
+    eor, eow = marker_id(tokenizer, END_OF_READ), marker_id(tokenizer, END_OF_WRITE)
+    if eor is None or eow is None:
+        return fmt
+    return replace(fmt, end_of_read=eor, end_of_write=eow, stop_ids=fmt.stop_ids | {eow})
 
 
 def _plain_format(tokenizer, src: str, tgt: str) -> PromptFormat:

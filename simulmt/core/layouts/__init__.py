@@ -7,6 +7,7 @@ from simulmt.core.layouts.base import Layout, LayoutState
 from simulmt.core.layouts.conversation import Conversation
 from simulmt.core.layouts.expost import Expost
 from simulmt.core.layouts.gpe import GroupPositions
+from simulmt.core.layouts.interleaved import Interleaved
 from simulmt.core.layouts.naive import NaiveReuse
 from simulmt.core.layouts.prefix import PrefixRecompute
 from simulmt.core.layouts.seqpo import SeqPO
@@ -21,6 +22,7 @@ LAYOUTS: dict[str, type[Layout]] = {
     "simulmask": SimulMask,
     "simulmask-stock": SimulMaskStock,
     "seqpo": SeqPO,
+    "interleaved": Interleaved,
 }
 
 
@@ -31,4 +33,4 @@ def make_layout(name: str, **options) -> Layout:
 
 __all__ = ["LAYOUTS", "Layout", "LayoutState", "make_layout", "Expost", "PrefixRecompute", "NaiveReuse",
            "Conversation", "GroupPositions", "SimulMask",
-           "SimulMaskStock", "SeqPO"]
+           "SimulMaskStock", "SeqPO", "Interleaved"]
