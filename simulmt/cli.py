@@ -29,7 +29,7 @@ from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS
 from simulmt.models import DEFAULT_MODEL
 from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, k_field, language_field,
-                                    model_field, n_field, phi_field, slot_field)
+                                    model_field, n_field, phi_field, slot_field, tau_field)
 from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
 from simulmt.segment import DEFAULT_MAX_WORDS, merge_translations, split_sentences
@@ -54,6 +54,7 @@ class TranslateOptions:
         "help": "when to read the next source word and when to write a target word", "choices": tuple(POLICIES)})
     k: int = k_field()
     n: int = n_field()
+    tau: float = tau_field()
     slot: int = slot_field()
     phi: int = phi_field()
     source_lang: str = language_field("en", "source")
@@ -75,11 +76,14 @@ class TranslateOptions:
         for name in ("k", "n", "slot", "phi", "max_words", "batch_size"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not 0.0 <= self.tau <= 1.0:
+            raise SimulmtError(f"--tau must be within 0..1, got {self.tau}")
         language_name(self.source_lang)  # raises SimulmtError with the list of known languages
         language_name(self.target_lang)
 
     def session_kwargs(self) -> dict:
-        return dict(layout=self.layout, policy=self.policy, k=self.k, n=self.n, slot=self.slot, phi=self.phi)
+        return dict(layout=self.layout, policy=self.policy, k=self.k, n=self.n, tau=self.tau, slot=self.slot,
+                    phi=self.phi)
 
 
 @dataclass(frozen=True)

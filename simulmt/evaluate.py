@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 LOG, CONFIG, SCORES, SIMULEVAL_CONFIG = "instances.log", "config.json", "scores.json", "config.yaml"
 RESULTS_MD, RESULTS_JSON, PLOT = "results.md", "results.json", "bleu_laal.png"
-GRID_POLICIES = ("wait-k", "read-n")
+GRID_POLICIES = ("wait-k", "read-n", "learned")
 
 # config.json keys that must match for a rerun to continue a run (lines and ms_per_word may change)
 IDENTITY_KEYS = ("run", "model", "adapter", "dtype", "source_lang", "target_lang", "layout", "policy", "k", "n",
@@ -90,6 +90,9 @@ class EvaluateOptions:
         "help": f"comma-separated policies ({', '.join(GRID_POLICIES)})", "metavar": "LIST"})
     ks: str = field(default="1,3,5", metadata={"help": "wait-k: comma-separated k values", "metavar": "LIST"})
     ns: str = field(default="3,5", metadata={"help": "read-n: comma-separated n values", "metavar": "LIST"})
+    taus: str = field(default="0.3,0.5,0.7", metadata={
+        "help": "learned: comma-separated thresholds tau of the policy head (the adapter's policy_head.safetensors)",
+        "metavar": "LIST"})
     slot: int = slot_field()
     phi: int = phi_field()
     no_offline: bool = field(default=False, metadata={
@@ -171,12 +174,25 @@ class EvaluateOptions:
     def n_values(self) -> tuple[int, ...]:
         return _int_list(self.ns, "ns")
 
+    @property
+    def tau_values(self) -> tuple[float, ...]:
+        try:
+            values = tuple(float(v) for v in self.taus.split(",") if v.strip())
+        except ValueError:
+            raise SimulmtError(f"--taus takes comma-separated numbers within 0..1, got {self.taus!r}") from None
+        if not values or any(not 0.0 <= v <= 1.0 for v in values):
+            raise SimulmtError(f"--taus takes comma-separated numbers within 0..1, got {self.taus!r}")
+        return values
+
+    def values_of(self, policy: str) -> tuple:
+        return {"wait-k": self.k_values, "read-n": self.n_values, "learned": self.tau_values}[policy]
+
     def grid(self) -> list[RunSpec]:
         """layouts x (wait-k x ks, read-n x ns), then the offline run."""
         specs = []
         for layout in self.layout_names:
             for policy in self.policy_names:
-                for value in self.k_values if policy == "wait-k" else self.n_values:
+                for value in self.values_of(policy):
                     specs.append(RunSpec(layout, policy, value, self.slot, self.phi))
         if not self.no_offline:
             specs.append(RunSpec("expost", "offline", None, self.slot, self.phi))
@@ -261,7 +277,7 @@ class RunSpec:
         """What config.json and the signature say about the run (only the parameters that apply)."""
         applied = {**self._policy_options(), **{p: getattr(self, p) for p in parameters(LAYOUTS[self.layout])}}
         return {"layout": self.layout, "policy": self.policy,
-                **{key: applied.get(key) for key in ("k", "n", "slot", "phi")}}
+                **{key: applied.get(key) for key in ("k", "n", "tau", "slot", "phi")}}
 
     @classmethod
     def from_config(cls, config: dict) -> RunSpec:

@@ -65,6 +65,7 @@ class LoadedModel:
     tokenizer: "PreTrainedTokenizerBase"
     name: str
     adapter: str | None
+    adapter_dir: Path | None = None  # where the adapter was loaded from (its policy head, if any, sits there)
 
 
 # --------------------------------------------------------------------------- packaged models
@@ -432,9 +433,18 @@ def _from_hub(name: str, dtype: torch.dtype, attn: str, cache_dir: str | Path | 
         return note or _short_reason(exc)
 
 
-def _load_adapter(model, adapter: str | Path, merge: bool):
+def _adapter_has_markers(path: Path) -> bool:
+    """Was the adapter trained with the interleaved layout's marker tokens (saved in its tokenizer files)?"""
+    from simulmt.core.prompt_format import END_OF_READ
+
+    return any(END_OF_READ in f.read_text(encoding="utf-8", errors="replace")
+               for f in (path / "tokenizer_config.json", path / "tokenizer.json") if f.is_file())
+
+
+def _load_adapter(model, adapter: str | Path, merge: bool, tokenizer=None):
     """Put a PEFT adapter on ``model``, merged into its weights (a plain model, faster to run) unless ``merge``
-    is off."""
+    is off. An adapter trained with the interleaved markers first gets them added to ``model`` and
+    ``tokenizer`` (same ids as in training: they are appended to the same base vocabulary)."""
     path = Path(adapter).expanduser()
     if not path.is_dir():
         raise SimulmtError(f"Adapter directory not found: {path}")
@@ -442,6 +452,15 @@ def _load_adapter(model, adapter: str | Path, merge: bool):
         raise SimulmtError(
             f"Not a PEFT adapter directory (no adapter_config.json): {path}"
         )
+    if tokenizer is not None and _adapter_has_markers(path):
+        from simulmt.core.markers import add_interleaved_markers
+
+        ids = add_interleaved_markers(model, tokenizer)
+        trained = json.loads((path / "adapter_config.json").read_text()).get("trainable_token_indices")
+        trained = trained if isinstance(trained, list) else sorted({i for v in (trained or {}).values() for i in v})
+        if trained and sorted(trained) != sorted(ids):
+            raise SimulmtError(f"the adapter in {path} trained the marker tokens at ids {sorted(trained)}, but they "
+                               f"are {sorted(ids)} on this base model: it was trained on another vocabulary")
     try:
         from peft import PeftModel
 
@@ -523,7 +542,7 @@ def load_model(
     mark_special_tokens(tokenizer)  # e.g. <start_of_image>, stored as user-defined in the GGUF, is special
     resolved = resolve_adapter(adapter, name)
     if resolved is not None:
-        model = _load_adapter(model, resolved[1], merge_adapter)
+        model = _load_adapter(model, resolved[1], merge_adapter, tokenizer)
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.eval()
     return LoadedModel(
@@ -531,4 +550,5 @@ def load_model(
         tokenizer=tokenizer,
         name=name,
         adapter=resolved[0] if resolved is not None else None,
+        adapter_dir=resolved[1] if resolved is not None else None,
     )

@@ -49,6 +49,10 @@ def k_field():
     return field(default=3, metadata={"help": "wait-k: write target word j once k + j - 1 source words are read"})
 
 
+def tau_field():
+    return field(default=0.5, metadata={"help": "learned: write once the policy head's p(WRITE) reaches tau (0..1)"})
+
+
 def n_field():
     return field(default=3, metadata={"help": "read-n: source words read before each written segment"})
 

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from simulmt.core.examples import TrainingExample, build_examples
 from simulmt.core.layouts import Layout, make_layout
+from simulmt.core.learned_policy import HEAD_FILE, NO_HEAD, PolicyHead
 from simulmt.core.policies import Policy, make_policy
 from simulmt.core.prompt_format import PromptFormat, build_format, newline_ids, source_units
 from simulmt.core.runner import ModelRunner
@@ -30,8 +31,10 @@ from simulmt.core.vocabulary import special_token_ids, token_table, word_start_t
 
 class Translator:
     def __init__(self, model, tokenizer, *, source_lang: str = "en", target_lang: str = "de",
-                 use_chat_template: bool = True, name: str = "", adapter: str | None = None):
+                 use_chat_template: bool = True, name: str = "", adapter: str | None = None,
+                 policy_head: PolicyHead | None = None):
         self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.policy_head = policy_head  # the learned policy's head (policy="learned"), shipped beside the adapter
         self.adapter = adapter  # the adapter's label (shipped name or directory), None for the bare model
         self.source_lang, self.target_lang = source_lang, target_lang
         fmt = build_format(tokenizer, source_lang, target_lang, use_chat_template)
@@ -51,25 +54,35 @@ class Translator:
 
         loaded = load_model(model or DEFAULT_MODEL, adapter, **load_kwargs)
         name = loaded.name + (f"+{loaded.adapter}" if loaded.adapter else "")
+        head = PolicyHead.load(loaded.adapter_dir) if loaded.adapter_dir and (
+            loaded.adapter_dir / HEAD_FILE).is_file() else None
         return cls(loaded.model, loaded.tokenizer, source_lang=source_lang, target_lang=target_lang,
-                   use_chat_template=use_chat_template, name=name, adapter=loaded.adapter)
+                   use_chat_template=use_chat_template, name=name, adapter=loaded.adapter, policy_head=head)
+
+    def make_policy(self, policy: str | Policy, k: int = 3, n: int = 3, tau: float = 0.5) -> Policy:
+        """A policy by name with its options (``learned`` gets this translator's policy head), or as given."""
+        if not isinstance(policy, str):
+            return policy
+        if policy == "learned" and self.policy_head is None:
+            raise SimulmtError(NO_HEAD)
+        return make_policy(policy, k=k, n=n, tau=tau, head=self.policy_head)
 
     def session(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = 3, n: int = 3,
-                slot: int = 16, phi: int = 256, config: DecodeConfig | None = None,
+                tau: float = 0.5, slot: int = 16, phi: int = 256, config: DecodeConfig | None = None,
                 forced: list[tuple[int, int]] | None = None, record: bool = False,
                 sampler: Sampler | None = None) -> StreamingSession:
         layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
-        policy = make_policy(policy, k=k, n=n) if isinstance(policy, str) else policy
+        policy = self.make_policy(policy, k, n, tau)
         return StreamingSession(self.runner, self.tokenizer, self.fmt, layout, policy, self.vocabulary,
                                 config or DecodeConfig(), forced=forced, record=record, model_name=self.name,
                                 sampler=sampler)
 
     def new_stream(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = 3,
-                   n: int = 3, slot: int = 16, phi: int = 256, config: DecodeConfig | None = None,
+                   n: int = 3, tau: float = 0.5, slot: int = 16, phi: int = 256, config: DecodeConfig | None = None,
                    sampler: Sampler | None = None, record: bool = False) -> Stream:
         """A model-free stream for an ``Engine`` (many streams, one model): push words, let the engine run it."""
         layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
-        policy = make_policy(policy, k=k, n=n) if isinstance(policy, str) else policy
+        policy = self.make_policy(policy, k, n, tau)
         return Stream(self.tokenizer, self.fmt, layout, policy, self.vocabulary, config or DecodeConfig(),
                       sampler=sampler, record=record, model_name=self.name, max_positions=self.runner.max_positions)
 

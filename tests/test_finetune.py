@@ -22,6 +22,7 @@ from simulmt.core.placed import Role
 from simulmt.core.policies import Scheduled
 from simulmt.core.runner import ModelRunner, attention_spec
 from simulmt.translator import Translator
+from helpers import tiny_interleaved_translator
 from tiny_models import CORPUS, make_model, make_tokenizer
 
 SOURCE = "The weather is nice today and the children play in the garden"
@@ -82,12 +83,14 @@ def _segments_text(tokenizer, labels: list[int], end_id: int) -> str:
 
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_every_recipe_labels_the_target_and_the_end(name):
-    tr = fresh_translator("llama")
+    interleaved = name in ("interleaved", "policy-head")
+    tr = tiny_interleaved_translator("llama") if interleaved else fresh_translator("llama")
     policy = "offline" if name == "offline" else ("read-n" if name == "conversation" else "wait-k")
     examples, _ = layout_items(tr, recipe(name, policy), [(SOURCE, TARGET)])
     labels = [label for ex in examples for label in ex.labels if label != IGNORE]
-    assert labels[-1] == tr.fmt.end_id
-    assert _segments_text(tr.tokenizer, labels, tr.fmt.end_id) == TARGET
+    end = tr.fmt.end_of_write if interleaved else tr.fmt.end_id  # interleaved chunks end with <|end-of-write|>
+    assert labels[-1] == end
+    assert _segments_text(tr.tokenizer, labels, end) == TARGET
     if name == "prefix":
         assert len(examples) > 1  # one example per read point
     else:

@@ -14,9 +14,10 @@ on the other rows: its positions, mask and cache row are its own, so its predict
 those of the stream run alone (tests/test_engine.py, float32, logits within 1e-5).
 
 The model side is one call, ``ModelRunner.forward_packed(ids, positions, visible, q_index, last, cache,
-features, distances=)`` over plain tensors (one query per batch row, see batch_cache.py), so another runtime
+features, distances=, embedded=)`` over plain tensors (one query per batch row, see batch_cache.py), so another runtime
 (llama.cpp's batch API has explicit positions, sequence ids and position-range removal) can serve the same streams
 later. ``distances`` only for ALiBi models: each query's key distances by its own layout's rule (visibility.py).
+``embedded``: the embeddings that source tokens with negative ids carry (speech frames), in query order.
 """
 
 from __future__ import annotations
@@ -133,8 +134,10 @@ class Engine:
         distances = self._distances(requests, counts, visible, q_index, q_target) if self.runner.alibi else None
         last = torch.cumsum(torch.tensor(counts), 0) - 1  # each stream's last query
         features = any(s.wants_features for s, _ in requests)
+        embedded = [s.embedding_of(t.token_id) for s, r in requests for t in r.tokens if t.token_id < 0]
         logits, hidden = self.runner.forward_packed(ids, positions, visible, q_index, last, self.cache, features,
-                                                    distances=distances)
+                                                    distances=distances,
+                                                    embedded=torch.stack(embedded) if embedded else None)
         starts = [0] + last.add(1).tolist()[:-1]
         pairs = visible.sum(dim=1).tolist()
         for i, ((stream, _), n) in enumerate(zip(requests, counts)):

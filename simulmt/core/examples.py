@@ -46,9 +46,11 @@ class TrainingExample:
 
 
 def build_examples(layout: Layout, fmt: PromptFormat, tokenizer, source: list[tuple[int, ...]],
-                   target_words: list[str], delays: list[int]) -> list[TrainingExample]:
+                   target_words: list[str], delays: list[int],
+                   reads: list[tuple[int, PlacedToken]] | None = None) -> list[TrainingExample]:
     """Lay out one sentence pair. ``source``: token ids per source unit; ``delays[j]``: units read before target
-    word j+1 is written (non-decreasing, at most len(source))."""
+    word j+1 is written (non-decreasing, at most len(source)). ``reads``, when given, receives (index, token) of
+    the last placed token after each read: where a learned policy decides (``decision_points``)."""
     if len(delays) != len(target_words):
         raise SimulmtError(f"{len(target_words)} target words but {len(delays)} delays")
     if any(b < a for a, b in zip(delays, delays[1:])) or any(not 0 <= d <= len(source) for d in delays):
@@ -64,6 +66,8 @@ def build_examples(layout: Layout, fmt: PromptFormat, tokenizer, source: list[tu
                 snapshots.append(list(state.tokens))
             layout.read(state, source[state.units_read])
             written_since_read = False
+            if reads is not None:
+                reads.append((len(state.tokens) - 1, state.tokens[-1]))
 
     for j, word in enumerate(target_words):
         read_until(delays[j])
@@ -101,3 +105,33 @@ def _prefix_pairs(snapshots: list[list[PlacedToken]]) -> list[TrainingExample]:
 def target_token_ids(example: TrainingExample) -> list[int]:
     """The predicted tokens of a (cache-reusing) example in order: what teacher forcing feeds."""
     return [t.token_id for t in example.tokens if t.role in (Role.TARGET, Role.END)]
+
+
+@dataclass(frozen=True)
+class DecisionPoints:
+    """Where a learned READ/WRITE policy decides in a laid-out sentence, and what the schedule did there."""
+
+    example: TrainingExample
+    indices: list[int]  # the last placed token after each read (but the last read: the source is then finished)
+    labels: list[int]  # 1: the schedule writes next (WRITE), 0: it reads another unit (READ)
+
+
+def decision_points(layout: Layout, fmt: PromptFormat, tokenizer, source: list[tuple[int, ...]],
+                    target_words: list[str], delays: list[int]) -> DecisionPoints:
+    """Lay out a sentence pair along a schedule and say, after each unit read, whether the schedule writes next.
+
+    Streaming hands a learned policy the hidden state of the last token fed after a read, so that token must keep
+    its place in the training sequence: layouts that defer a token past later reads (``expost``) are refused."""
+    if not layout.reuses_cache:
+        raise SimulmtError(f"a learned policy needs a layout that reuses the cache; {layout.name} recomputes")
+    reads: list[tuple[int, PlacedToken]] = []
+    (example,) = build_examples(layout, fmt, tokenizer, source, target_words, delays, reads=reads)
+    writes_after = set(delays)
+    indices, labels = [], []
+    for units, (index, token) in enumerate(reads[: len(source) - 1], start=1):
+        if index >= len(example.tokens) or example.tokens[index] is not token:
+            raise SimulmtError(f"layout {layout.name} moves tokens after a read: a learned policy's decision "
+                               f"points cannot be laid out for training (use the interleaved layout)")
+        indices.append(index)
+        labels.append(int(units in writes_after))
+    return DecisionPoints(example, indices, labels)

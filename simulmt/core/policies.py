@@ -7,33 +7,19 @@ word boundaries only (a target word is written whole), so "WRITE" means "write t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
+from simulmt.core.decisions import Action, StreamState
+from simulmt.core.learned_policy import Learned
 from simulmt.core.registry import build
 from simulmt.errors import SimulmtError
-
-
-class Action(str, Enum):
-    READ = "read"
-    WRITE = "write"
-
-
-@dataclass(frozen=True)
-class StreamState:
-    source_read: int  # source units read so far
-    source_finished: bool  # the source has ended and all of it has been read
-    target_words: int  # target words written so far
-    segment_reads: int = 0  # units read since the last written word
-    segment_words: int = 0  # words written since the last read
-    model_ended_segment: bool = False  # the model proposed an end token before the source finished
-    features: Any = None  # last hidden state of the last token fed (for policies with ``wants_features = True``)
 
 
 class Policy(Protocol):
     name: str
     lets_model_end_segment: bool  # may the model end a segment (propose an end token) before the source ends?
-    # a policy may also set ``wants_features = True``: the engine then gives it the model's last hidden state
+    # a policy may also set ``wants_features = True`` and have ``consults_head(state) -> bool``: where that says
+    # yes, the stream feeds what was read before asking, and ``state.features`` is the last token's hidden state
 
     def decide(self, state: StreamState) -> Action: ...
 
@@ -133,7 +119,7 @@ class Scheduled:
         return "scheduled"
 
 
-POLICIES = {"wait-k": WaitK, "read-n": ReadN, "offline": Offline}
+POLICIES = {"wait-k": WaitK, "read-n": ReadN, "offline": Offline, "learned": Learned}
 
 
 def make_policy(name: str, **options) -> Policy:

@@ -142,9 +142,10 @@ class ModelRunner:
     @torch.no_grad()
     def forward(self, ids: list[int], positions: list[int], visible: torch.Tensor, query_start: int,
                 cache=None, logits_to_keep: int = 1, target_side: torch.Tensor | None = None,
-                distance: Distance = Distance()) -> tuple[torch.Tensor, float]:
+                distance: Distance = Distance(), embedded: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
         """Feed ``ids`` (the queries, which follow ``query_start`` cached keys). Returns (logits of the last
-        ``logits_to_keep`` queries, or all when 0; FLOPs). ``target_side``, ``distance``: see ``masks``."""
+        ``logits_to_keep`` queries, or all when 0; FLOPs). ``target_side``, ``distance``: see ``masks``;
+        ``embedded``: see ``embed``."""
         self.check_positions(positions)
         keep: int | torch.Tensor = logits_to_keep
         if 0 < logits_to_keep < len(ids):
@@ -152,8 +153,10 @@ class ModelRunner:
             # odd strides send torch's CPU bfloat16 linear (weights not requiring grad) to a path that copies the
             # LM head's weight on every call: 2.7 s instead of 45 ms per forward for Gemma 3's 262k vocabulary.
             keep = torch.arange(len(ids) - logits_to_keep, len(ids), device=self.device)
+        ids_in = ({"inputs_embeds": self.embed(torch.tensor([ids]), embedded)} if min(ids) < 0
+                  else {"input_ids": torch.tensor([ids], device=self.device)})
         out = self.model(
-            input_ids=torch.tensor([ids], device=self.device),
+            **ids_in,
             position_ids=torch.tensor([positions], device=self.device),
             attention_mask=self.masks(visible, query_start, target_side, distance),
             past_key_values=cache,
@@ -165,18 +168,45 @@ class ModelRunner:
         return out.logits[0].float(), flops
 
 
+    def embed(self, ids: torch.Tensor, embedded: torch.Tensor | None = None) -> torch.Tensor:
+        """Input embeddings of ``ids`` (any shape); ids < 0 take the rows of ``embedded`` in order (speech frames:
+        they enter the model as they are, after the model's own embedding scale, e.g. Gemma's sqrt(d))."""
+        ids = ids.to(self.device)
+        out = self.model.get_input_embeddings()(ids.clamp(min=0))
+        own = ids < 0
+        if bool(own.any()):
+            if embedded is None or embedded.shape[0] != int(own.sum()):
+                raise SimulmtError(f"{int(own.sum())} embedded tokens but "
+                                   f"{0 if embedded is None else embedded.shape[0]} embeddings given")
+            out = out.masked_scatter(own[..., None], embedded.to(device=self.device, dtype=out.dtype))
+        return out
+
+    @torch.no_grad()
+    def hidden_states(self, ids: list[int], positions: list[int], visible: torch.Tensor,
+                      embedded: torch.Tensor | None = None) -> torch.Tensor:
+        """The decoder's last hidden state (after its final norm: what the LM head and a policy head read) at every
+        token of one training-style forward over placed tokens; (T, hidden) float32."""
+        self.check_positions(positions)
+        out = self.decoder(inputs_embeds=self.embed(torch.tensor([ids]), embedded),
+                           position_ids=torch.tensor([positions], device=self.device),
+                           attention_mask=self.masks(visible, 0), use_cache=False)
+        return out.last_hidden_state[0].float()
+
     @torch.no_grad()
     def forward_packed(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor,
                        q_index: torch.Tensor, last: torch.Tensor, cache, features: bool = False,
-                       distances: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       distances: torch.Tensor | None = None, embedded: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One forward for many streams (the batched engine), packed: ``ids``/``positions``/``q_index`` (N,), one
         query per batch row; ``visible`` (N, K); ``cache`` a ``BatchKVCache`` prepared for these queries;
         ``distances`` (N, K) for ALiBi models. Returns the logits (float32) of the queries ``last`` (R,) and,
-        when ``features``, their last hidden states."""
+        when ``features``, their last hidden states. ``embedded``: rows for the ids < 0 (``embed``)."""
         masks = render_row_masks(visible[:, None, :], q_index[:, None], self.attention_types, self.window,
                                  self.dtype, self.device, self.alibi,
                                  None if distances is None else distances[:, None, :])
-        out = self.decoder(input_ids=ids[:, None].to(self.device), position_ids=positions[:, None].to(self.device),
+        tokens = ({"inputs_embeds": self.embed(ids[:, None], embedded)} if embedded is not None
+                  else {"input_ids": ids[:, None].to(self.device)})
+        out = self.decoder(**tokens, position_ids=positions[:, None].to(self.device),
                            attention_mask=masks, past_key_values=cache, use_cache=True)
         hidden = out.last_hidden_state[:, 0].index_select(0, last.to(self.device))  # (R, hidden), contiguous
         logits = self.head(hidden)

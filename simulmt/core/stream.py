@@ -5,6 +5,8 @@ The stream owns the layout state, the policy, the sampler and the decoding state
 
 * ``NEEDS_MODEL`` with a ``ForwardRequest``: "keep the first ``keep`` of my cached tokens, feed these placed
   tokens after them, and give me the logits (and the hidden state) of the last one" -> ``receive(logits, hidden)``;
+  (a learned policy, ``wants_features``, also gets the hidden state it decides on this way: what was read is fed
+  before it is asked);
 * ``NEEDS_SOURCE``: the policy wants to read and no source word is waiting -> ``push(words)``;
 * ``DONE``: the sentence is finished -> ``result()``.
 
@@ -32,7 +34,7 @@ are bounded by ``DecodeConfig.max_target_tokens`` of the source tokens read, and
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
 
 import torch
@@ -176,7 +178,8 @@ class Stream:
         self.features: torch.Tensor | None = None  # last hidden state of the last token fed
         self.pending: ForwardRequest | None = None
         self.source_words: list[str] = []
-        self.units: list[tuple[int, ...]] = []
+        self.units: list[tuple[int, ...]] = []  # token ids per source unit (ids < 0: rows of ``embeddings``)
+        self.embeddings: list[torch.Tensor] = []  # what embedded source tokens carry (speech frames)
         self.stream_finished = False
         self.written: list[WrittenWord] = []
         self.current: list[int] = []  # tokens of the word being written
@@ -189,6 +192,7 @@ class Stream:
         self.segment_reads = self.segment_words = 0
         self.model_ended_segment = False
         self.done = False
+        self._decision: tuple[StreamState, Action] | None = None  # the policy's last answer and where it was given
         self.choices: dict[int, int] = {}  # context length (placed tokens) -> the token the sampler chose there
         self.error: SimulmtError | None = None  # set by an engine when the stream failed
         self.tokens_fed = self.forward_calls = self.cache_crops = self.refed_tokens = 0
@@ -215,6 +219,33 @@ class Stream:
         if finished and not self.source_words:  # an empty line: an empty translation, no model call
             self.done = True
 
+    def push_embedded(self, blocks: list[torch.Tensor], finished: bool = False,
+                      labels: list[str] | None = None) -> None:
+        """More source units that carry embeddings instead of token ids (speech: one block of adapter outputs,
+        (frames, hidden), per unit). Each row becomes a placed token whose id is ``-1 - f``: row f of
+        ``self.embeddings``, which the engine feeds in place of a token embedding. ``labels`` name the units
+        in the result's ``source`` (default: ``<unit i>``)."""
+        if self.stream_finished:
+            raise SimulmtError("the source of this stream has already finished")
+        if labels is not None and len(labels) != len(blocks):
+            raise SimulmtError(f"{len(blocks)} embedded units but {len(labels)} labels")
+        if self.t0 is None:
+            self.t0 = time.perf_counter()
+        for i, block in enumerate(blocks):
+            if block.dim() != 2 or block.shape[0] == 0:
+                raise SimulmtError(f"an embedded unit is a (frames >= 1, hidden) tensor, got {tuple(block.shape)}")
+            first = len(self.embeddings)
+            self.embeddings += list(block.detach())
+            self.units.append(tuple(-1 - f for f in range(first, first + block.shape[0])))
+            self.source_words.append(labels[i] if labels is not None else f"<unit {len(self.source_words)}>")
+        self.stream_finished = finished
+        if finished and not self.source_words:
+            self.done = True
+
+    def embedding_of(self, token_id: int) -> torch.Tensor:
+        """The embedding an embedded source token (id < 0) carries."""
+        return self.embeddings[-1 - token_id]
+
     @property
     def source_finished(self) -> bool:
         return self.stream_finished and self.state.units_read == len(self.units)
@@ -233,7 +264,10 @@ class Stream:
     def _run(self, words: list[WrittenWord]) -> Status:
         while not self.done:
             if not self.current:  # a word boundary: the policy decides
-                if self.policy.decide(self.stream_state()) is Action.READ:
+                action = self._decide()
+                if action is None:
+                    return Status.NEEDS_MODEL  # a learned policy decides on the hidden state of what was read: feed it
+                if action is Action.READ:
                     if self.state.units_read < len(self.units):
                         self._read()
                         continue
@@ -269,6 +303,21 @@ class Stream:
                 self._commit(words)
                 self.done = True
         return Status.DONE
+
+    def _decide(self) -> Action | None:
+        """The policy's answer at this boundary, asked once: coming back after a forward (the target opener was
+        fed) the answer stands, even for a learned policy whose features are now the opener's. None: the policy
+        needs the hidden state of what was read, and a forward was requested."""
+        state = self.stream_state()
+        point = replace(state, features=None)
+        if self._decision is not None and self._decision[0] == point:
+            return self._decision[1]
+        consults = getattr(self.policy, "consults_head", None)  # without it, the features of the last forward
+        if self.wants_features and consults is not None and consults(state) and self._logits() is None:
+            return None
+        action = self.policy.decide(self.stream_state())
+        self._decision = (point, action)
+        return action
 
     # ---- the model side --------------------------------------------------------------------------------------
     def _logits(self) -> torch.Tensor | None:

@@ -20,6 +20,10 @@ streaming layout and policy it was trained for). Nothing here places a token: th
 | simulmask       | SimulMask: ``slotless``'s sequence; on ALiBi models (Bloom,      | simulmask + the      |
 |                 | Falcon-RW) distances over visible keys only (modified ALiBi)     | policy               |
 | simulmask-stock | SimulMask with stock ALiBi (the paper's ablation)                | simulmask-stock + pol|
+| interleaved     | EASiST: source chunk, <|end-of-read|>, target chunk,            | interleaved + read-n |
+|                 | <|end-of-write|>, ... (adds and trains the two marker tokens)   | (or learned + a head)|
+| policy-head     | EASiST's policy: a READ/WRITE head on the hidden states of an   | interleaved + learned|
+|                 | interleaved model (--init-adapter), the model itself unchanged  |                      |
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from dataclasses import dataclass
 from simulmt.errors import SimulmtError
 from simulmt.core.examples import TrainingExample, build_examples
 from simulmt.finetune.schedules import Schedule
-from simulmt.core.layouts import (Conversation, Expost, GroupPositions, Layout, NaiveReuse, PrefixRecompute, SimulMask,
-                                  SimulMaskStock)
+from simulmt.core.layouts import (Conversation, Expost, GroupPositions, Interleaved, Layout, NaiveReuse,
+                                  PrefixRecompute, SimulMask, SimulMaskStock)
 from simulmt.core.placed import PlacedToken, labels_for
 from simulmt.core.prompt_format import PromptFormat, source_units
 from simulmt.core.visibility import Visibility
@@ -46,8 +50,11 @@ RECIPES = {
     "offline": "plain SFT on full sentence pairs (the offline schedule)",
     "simulmask": "SimulMask: policy mask on the contiguous layout, modified ALiBi on ALiBi models (Bloom, Falcon-RW)",
     "simulmask-stock": "ablation of SimulMask: stock ALiBi distances (unread source counts in training)",
+    "interleaved": "EASiST's interleaved chunks between <|end-of-read|> / <|end-of-write|> markers (added tokens)",
+    "policy-head": "EASiST's learned READ/WRITE head on an interleaved model's hidden states (--init-adapter)",
 }
-DEFAULT_POLICY = {"conversation": "read-n", "offline": "offline"}  # every other recipe: wait-k
+DEFAULT_POLICY = {"conversation": "read-n", "offline": "offline", "interleaved": "read-n",
+                  "policy-head": "read-n"}  # every other recipe: wait-k
 
 
 def source_first(tokens: list[PlacedToken]) -> list[PlacedToken]:
@@ -96,6 +103,8 @@ class Recipe:
             return SimulMask()
         if self.name == "simulmask-stock":
             return SimulMaskStock()
+        if self.name in ("interleaved", "policy-head"):
+            return Interleaved()
         return PrefixRecompute()  # prefix, offline
 
     @property
@@ -119,8 +128,9 @@ class Recipe:
     # ---- inference -------------------------------------------------------------------------------------------
     def inference(self, k: int | None = None) -> dict:
         """Session keyword arguments for serving (and evaluating) the model trained with this recipe."""
-        layout = {"expost-nomask": "expost", "slotless": "naive", "offline": "prefix"}.get(self.name, self.name)
-        policy = self.schedule.policy
+        layout = {"expost-nomask": "expost", "slotless": "naive", "offline": "prefix",
+                  "policy-head": "interleaved"}.get(self.name, self.name)
+        policy = "learned" if self.name == "policy-head" else self.schedule.policy
         out = {"layout": layout, "policy": policy, "slot": self.slot, "phi": self.phi}
         if policy == "wait-k":
             out["k"] = k if k is not None else (self.schedule.ks[0] if len(self.schedule.ks) == 1

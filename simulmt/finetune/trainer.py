@@ -42,6 +42,8 @@ from simulmt.finetune.options import FinetuneOptions, resume_conflicts
 from simulmt.finetune.recipes import Recipe
 from simulmt.finetune.schedules import Schedule
 from simulmt.core.alibi import adopt_alibi
+from simulmt.core.markers import add_interleaved_markers
+from simulmt.core.prompt_format import END_OF_READ, END_OF_WRITE
 from simulmt.core.runner import attention_spec
 
 
@@ -77,6 +79,21 @@ class SimulTrainer(Trainer):
         self.run_tokens = 0  # real (non-pad) tokens trained on in this process run
         self.run_sequences = 0
         self.run_padded = 0  # tokens fed including padding
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """A LoRA adapter that also trains a few added tokens (the interleaved markers) is saved with their rows
+        only: peft would otherwise save the whole resized embedding (335 MB for Gemma's 262k vocabulary). The
+        base rows are deterministic (``simulmt.core.markers.grow_embeddings``), so the rows' deltas suffice."""
+        from peft import PeftModel
+
+        config = getattr(self.model, "peft_config", {}).get("default")
+        if not (isinstance(self.model, PeftModel) and getattr(config, "trainable_token_indices", None)):
+            return super()._save(output_dir, state_dict)
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if self.args.should_save:
+            self.model.save_pretrained(output_dir, save_embedding_layers=False)
+            if self.processing_class is not None:
+                self.processing_class.save_pretrained(output_dir)
 
     def _get_train_sampler(self, train_dataset=None):
         """group_by_length over the GLOBAL batch (per device x accumulation x processes), so N processes of batch
@@ -230,7 +247,9 @@ def _world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def _wrap_model(model, options: FinetuneOptions, model_name: str):
+def _wrap_model(model, options: FinetuneOptions, model_name: str, new_tokens: tuple[int, ...] = ()):
+    """The model to train: every weight (--full), the --init-adapter, or a new LoRA adapter; ``new_tokens`` are
+    added vocabulary rows (the interleaved markers) that a new LoRA adapter trains too."""
     if options.full:
         for p in model.parameters():
             p.requires_grad_(True)
@@ -253,7 +272,8 @@ def _wrap_model(model, options: FinetuneOptions, model_name: str):
     targets = options.lora_targets
     target_modules = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
     config = LoraConfig(r=options.lora_rank, lora_alpha=options.lora_alpha, lora_dropout=options.lora_dropout,
-                        target_modules=target_modules, task_type="CAUSAL_LM", bias="none")
+                        target_modules=target_modules, task_type="CAUSAL_LM", bias="none",
+                        trainable_token_indices=list(new_tokens) or None)
     try:
         return get_peft_model(model, config)
     except ValueError as exc:
@@ -339,6 +359,10 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
         dev = data.parallel_files(options.dev_source, options.dev_reference, options.eval_lines, what="dev data")
 
     model_name = options.model or DEFAULT_MODEL
+    if options.recipe == "policy-head":  # a head on the frozen model with its adapter: no Trainer
+        from simulmt.finetune.policy_head import train_policy_head
+
+        return train_policy_head(options, make_recipe(options), pairs, out, model_name, translator, progress)
     if translator is None:
         from simulmt.models import load_model
 
@@ -347,6 +371,12 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
         translator = Translator(loaded.model, loaded.tokenizer, source_lang=options.source_lang,
                                 target_lang=options.target_lang, name=model_name)
     recipe = make_recipe(options)
+    new_tokens: tuple[int, ...] = ()
+    if recipe.name == "interleaved" and translator.fmt.end_of_read is None:
+        new_tokens = add_interleaved_markers(translator.model, translator.tokenizer)
+        _say(f"added {END_OF_READ} and {END_OF_WRITE} as tokens {new_tokens[0]} and {new_tokens[1]}")
+        translator = Translator(translator.model, translator.tokenizer, source_lang=options.source_lang,
+                                target_lang=options.target_lang, name=translator.name)
     built = time.perf_counter()
     dataset = data.build_dataset(recipe, translator.fmt, translator.tokenizer, pairs, options.max_length,
                                  options.seed, progress=progress)
@@ -362,7 +392,7 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
         return card
 
     torch.manual_seed(options.seed)  # LoRA initialisation
-    model = _wrap_model(translator.model, options, model_name)
+    model = _wrap_model(translator.model, options, model_name, new_tokens)
     types, window = attention_spec(model)
     pad_id = translator.tokenizer.pad_token_id
     pad_id = pad_id if pad_id is not None else translator.fmt.end_id

@@ -1,0 +1,208 @@
+"""EASiST on text: the interleaved recipe (marker tokens added and trained), the learned READ/WRITE policy, and the
+policy head trained on the hidden states streaming hands it (the same states: tested here, like the parity of the
+logits in test_parity.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import pytest
+import torch
+
+from helpers import SOURCE, TARGET, forced_tokens, tiny_interleaved_translator
+from simulmt import cli
+from simulmt.core.decisions import Action, StreamState
+from simulmt.core.examples import decision_points
+from simulmt.core.layouts import Expost, Interleaved
+from simulmt.core.learned_policy import HEAD_FILE, Learned, PolicyHead
+from simulmt.core.prompt_format import source_units
+from simulmt.errors import SimulmtError
+from simulmt.finetune.policy_head import fit_head
+from simulmt.finetune.schedules import read_n, wait_k
+from simulmt.translator import Translator
+from tiny_models import CORPUS, make_model, make_tokenizer
+
+X, Y = len(SOURCE.split()), len(TARGET.split())
+
+
+@dataclass(frozen=True, eq=False)
+class RecordingSchedule:
+    """Follows a schedule (like ``Scheduled``) but asks for the hidden state where a learned policy would, and
+    keeps it: (units read, features)."""
+
+    delays: tuple[int, ...]
+    seen: list = field(default_factory=list)
+    name: ClassVar[str] = "recording"
+    lets_model_end_segment: ClassVar[bool] = False
+    wants_features: ClassVar[bool] = True
+
+    def consults_head(self, state: StreamState) -> bool:
+        return Learned.consults_head(self, state)
+
+    def decide(self, state: StreamState) -> Action:
+        if self.consults_head(state):
+            self.seen.append((state.source_read, state.features.clone()))
+        if state.source_finished:
+            return Action.WRITE
+        j = state.target_words
+        return Action.WRITE if j < len(self.delays) and state.source_read >= self.delays[j] else Action.READ
+
+    def describe(self) -> str:
+        return "recording"
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2"])
+@pytest.mark.parametrize("schedule", ["wait-2", "read-3"])
+def test_the_head_reads_the_same_hidden_states_in_training_and_streaming(arch, schedule):
+    tr = tiny_interleaved_translator(arch)
+    delays = wait_k(2, X, Y) if schedule == "wait-2" else read_n(3, X, Y)
+    layout = Interleaved()
+    units = source_units(tr.tokenizer, tr.fmt, SOURCE.split())
+    points = decision_points(layout, tr.fmt, tr.tokenizer, units, TARGET.split(), delays)
+    ex = points.example
+    hidden = tr.runner.hidden_states(ex.input_ids.tolist(), ex.position_ids.tolist(), ex.visible(layout))
+    policy = RecordingSchedule(tuple(delays))
+    session = tr.session(layout, policy, forced=forced_tokens(ex, tr.fmt.end_id))
+    assert session.run(SOURCE).prediction == TARGET
+    assert [units for units, _ in policy.seen] == list(range(1, X))  # after every read but the last
+    assert len(points.indices) == X - 1
+    for (units, features), index in zip(policy.seen, points.indices):
+        assert float((features - hidden[index]).abs().max()) <= 1e-4
+    assert points.labels == [int(u in set(delays)) for u in range(1, X)]
+    assert all(ex.tokens[i].role.value == "source" for i in points.indices)
+
+
+def test_decision_points_refuse_a_layout_that_moves_the_decision_token():
+    tr = tiny_interleaved_translator("llama")
+    units = source_units(tr.tokenizer, tr.fmt, SOURCE.split())
+    with pytest.raises(SimulmtError, match="moves tokens after a read"):
+        decision_points(Expost(slot=64), tr.fmt, tr.tokenizer, units, TARGET.split(), read_n(3, X, Y))
+
+
+def head_for(tr: Translator, write_bias: float) -> PolicyHead:
+    d = tr.model.config.hidden_size
+    return PolicyHead(torch.zeros(2, d), torch.tensor([0.0, write_bias]))
+
+
+def test_the_threshold_moves_the_policy_from_writing_at_once_to_reading_everything():
+    tr = tiny_interleaved_translator("llama")
+    eager = tr.translate(SOURCE, "interleaved", Learned(0.5, head_for(tr, 5.0)))
+    patient = tr.translate(SOURCE, "interleaved", Learned(0.5, head_for(tr, -5.0)))
+    assert patient.delays and set(patient.delays) == {X}  # never writes before the end: offline
+    assert eager.delays and eager.delays[0] == 1  # writes after the first word
+    # p(WRITE) = sigmoid(5) = 0.993: tau above it reads everything, below it writes at once
+    assert set(tr.translate(SOURCE, "interleaved", Learned(0.999, head_for(tr, 5.0))).delays) == {X}
+    assert tr.translate(SOURCE, "interleaved", Learned(0.99, head_for(tr, 5.0))).delays[0] == 1
+
+
+def test_learned_policy_batched_equals_one_stream():
+    tr = tiny_interleaved_translator("gemma3")
+    torch.manual_seed(0)
+    d = tr.model.config.hidden_size
+    head = PolicyHead(torch.randn(2, d), torch.zeros(2))
+    policy = Learned(0.5, head)
+    sources = CORPUS[:5]
+    alone = [tr.translate(s, "interleaved", policy) for s in sources]
+    batched = tr.translate_many(sources, "interleaved", policy, batch_size=5)
+    assert [(a.prediction, a.delays) for a in alone] == [(b.prediction, b.delays) for b in batched]
+    assert len({tuple(a.delays) for a in alone}) > 1 or any(0 < a.delays[0] < len(s.split())
+                                                              for a, s in zip(alone, sources))
+
+
+def test_fit_head_separates_and_reads_raw_hidden_states(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(400, 8, generator=g) * 3 + 10  # far from standardised
+    labels = (hidden[:, 2] - 10 + 0.3 * torch.randn(400, generator=g) > 1.0).long()  # imbalanced: ~25% WRITE
+    head, fit = fit_head(hidden, labels, heldout=0.25)
+    assert fit.heldout_balanced_accuracy > 0.85 and 0.1 < fit.write_fraction < 0.4
+    assert float(((head.p_write(hidden) >= 0.5).long() == labels).float().mean()) > 0.85
+    head.save(tmp_path)
+    again = PolicyHead.load(tmp_path)
+    assert torch.equal(again.weight, head.weight) and again.info["fit"]["rows"] == fit.rows
+    with pytest.raises(SimulmtError, match="both READ and WRITE"):
+        fit_head(hidden, torch.zeros(400, dtype=torch.long))
+
+
+def test_policy_errors():
+    with pytest.raises(SimulmtError, match="needs a policy head"):
+        Learned(0.5, None).decide(StreamState(2, False, 0, features=torch.zeros(4)))
+    with pytest.raises(SimulmtError, match="within 0..1"):
+        Learned(1.5, PolicyHead(torch.zeros(2, 4), torch.zeros(2)))
+    tok = make_tokenizer(chat=True)
+    tr = Translator(make_model("llama", len(tok)), tok)
+    with pytest.raises(SimulmtError, match="marker tokens"):
+        tr.translate(SOURCE, "interleaved", "read-n")
+    with pytest.raises(SimulmtError, match="needs a policy head"):
+        tr.translate(SOURCE, "interleaved", "learned")
+
+
+def test_interleaved_recipe_then_policy_head_from_the_command_line(tmp_path):
+    """EASiST's text stages on a tiny model saved to disk: the interleaved recipe adds and trains the two markers,
+    the adapter loads back with them; the policy-head recipe fits a head on that adapter; the learned policy
+    translates with it, and tau moves the latency."""
+    tok = make_tokenizer(chat=True)
+    model_dir = tmp_path / "tiny"
+    make_model("llama", len(tok)).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    (tmp_path / "src").write_text("\n".join(CORPUS[:16]) + "\n")
+    (tmp_path / "tgt").write_text("\n".join(CORPUS[16:32]) + "\n")
+    data = ["--train-source", str(tmp_path / "src"), "--train-target", str(tmp_path / "tgt"), "--model",
+            str(model_dir)]
+    assert cli.main(["finetune", *data, "--output", str(tmp_path / "mt"), "--recipe", "interleaved", "--n", "2",
+                     "--max-steps", "3", "--batch-size", "4", "--grad-accum", "1", "--lora-rank", "4"]) == 0
+    adapter = tmp_path / "mt" / "adapter"
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["trainable_token_indices"] and len(tok) in sum(
+        (v if isinstance(v, list) else [] for v in [config["trainable_token_indices"]]), [])
+    tr = Translator.load(str(model_dir), adapter=str(adapter), device="cpu")
+    assert tr.fmt.end_of_read == len(tok) and tr.fmt.end_of_write == len(tok) + 1
+    assert tr.translate(CORPUS[0], layout="interleaved", policy="read-n", n=2).delays
+    assert tr.policy_head is None
+
+    assert cli.main(["finetune", *data, "--output", str(tmp_path / "head"), "--recipe", "policy-head", "--n", "2",
+                     "--init-adapter", str(adapter)]) == 0
+    card = json.loads((tmp_path / "head" / "training.json").read_text())
+    assert card["serve_with"] == {"layout": "interleaved", "policy": "learned", "slot": 16, "phi": 256}
+    assert card["fit"]["rows"] > 50 and 0 < card["fit"]["write_fraction"] < 1
+    served = tmp_path / "head" / "adapter"
+    assert (served / HEAD_FILE).is_file() and (served / "adapter_config.json").is_file()
+    tr = Translator.load(str(model_dir), adapter=str(served), device="cpu")
+    assert tr.policy_head is not None
+    low = [tr.translate(s, "interleaved", "learned", tau=0.0).delays for s in CORPUS[:4]]
+    high = [tr.translate(s, "interleaved", "learned", tau=1.0).delays for s in CORPUS[:4]]
+    assert all(d[0] == 1 for d in low if d)  # tau 0: write after the first word
+    assert all(set(d) == {len(s.split())} for d, s in zip(high, CORPUS[:4]) if d)  # tau 1: read everything
+
+
+def test_the_interleaved_adapter_stores_only_the_marker_rows_and_reloads_exactly(tmp_path):
+    """The saved adapter holds the two markers' embedding deltas, not the whole resized embedding; loaded again on
+    the base model it gives the trained model's logits."""
+    from safetensors.torch import load_file
+
+    from simulmt.finetune.options import FinetuneOptions
+    from simulmt.finetune.trainer import finetune
+
+    tok = make_tokenizer(chat=True)
+    model_dir = tmp_path / "tiny"
+    make_model("llama", len(tok)).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    (tmp_path / "src").write_text("\n".join(CORPUS[:8]) + "\n")
+    (tmp_path / "tgt").write_text("\n".join(CORPUS[16:24]) + "\n")
+    trained = Translator.load(str(model_dir), adapter=None, device="cpu")  # finetune trains this model in place
+    finetune(FinetuneOptions(train_source=str(tmp_path / "src"), train_target=str(tmp_path / "tgt"),
+                             model=str(model_dir), output=str(tmp_path / "run"), recipe="interleaved", n=2,
+                             max_steps=3, batch_size=4, grad_accum=1, lora_rank=4, lr=5e-2, warmup_steps=0,
+                             eval_lines=0), translator=trained, progress=False)
+    adapter = tmp_path / "run" / "adapter"
+    stored = load_file(adapter / "adapter_model.safetensors")
+    assert not any(k.endswith(("embed_tokens.weight", "lm_head.weight", "base_layer.weight")) for k in stored)
+    deltas = [v for k, v in stored.items() if "trainable_tokens_delta" in k]
+    assert deltas and deltas[0].shape[0] == 2 and float(deltas[0].abs().max()) > 0  # trained
+    merged = Translator.load(str(model_dir), adapter=str(adapter), device="cpu")
+    ids = torch.tensor([[1, 5, 9, merged.fmt.end_of_read, 12, merged.fmt.end_of_write]])
+    trained.model.eval()
+    with torch.no_grad():
+        a, b = merged.model(input_ids=ids).logits, trained.model(input_ids=ids).logits
+    assert float((a - b).abs().max()) < 1e-4
