@@ -81,8 +81,8 @@ PYEOF
 if project_ok; then
     say "project: editable install up to date, skipping"
 else
-    say "project: pip install -e '.[models,test]'"
-    pip_ install -e ".[models,test]"
+    say "project: pip install -e '.[models,speech,test]'"
+    pip_ install -e ".[models,speech,test]"
     echo "$WANT" > "$STAMP"
 fi
 

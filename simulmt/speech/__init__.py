@@ -1,0 +1,1 @@
+"""Speech input: audio features, Whisper's encoder, synthesised corpora."""
