@@ -206,3 +206,29 @@ def test_the_interleaved_adapter_stores_only_the_marker_rows_and_reloads_exactly
     with torch.no_grad():
         a, b = merged.model(input_ids=ids).logits, trained.model(input_ids=ids).logits
     assert float((a - b).abs().max()) < 1e-4
+
+
+def test_evaluate_sweeps_the_threshold(tmp_path):
+    """``simulmt evaluate --policies learned --taus ...``: one run per tau, labelled and scored like any policy; a
+    lower tau writes earlier."""
+    from helpers import write_test_set
+    from simulmt.evaluate import EvaluateOptions, evaluate
+
+    base = tiny_interleaved_translator("llama")
+    d = base.model.config.hidden_size
+    g = torch.Generator().manual_seed(3)
+    tr = Translator(base.model, base.tokenizer, name="tiny-learned",
+                    policy_head=PolicyHead(torch.randn(2, d, generator=g), torch.zeros(2)))
+    src, ref = write_test_set(tmp_path, CORPUS[:4], CORPUS[16:20])
+    options = EvaluateOptions(source=str(src), reference=str(ref), output=str(tmp_path / "grid"),
+                              layouts="interleaved", policies="learned", taus="0,1", no_offline=True)
+    evaluate(tr, options, progress=False)
+    runs = {p.name: json.loads((p / "scores.json").read_text()) for p in (tmp_path / "grid").iterdir()
+            if (p / "scores.json").is_file()}
+    assert set(runs) == {"interleaved.learned-0", "interleaved.learned-1"}
+    config = json.loads((tmp_path / "grid" / "interleaved.learned-0" / "config.json").read_text())
+    assert config["policy"] == "learned" and config["tau"] == 0
+    assert runs["interleaved.learned-0"]["AL"] < runs["interleaved.learned-1"]["AL"]
+    with pytest.raises(SimulmtError, match="--taus"):
+        EvaluateOptions(source=str(src), reference=str(ref), output=str(tmp_path / "x"), policies="learned",
+                        taus="0.5,2")
