@@ -64,6 +64,12 @@ class TranslateOptions:
                 "there (bounds the time and the context one sentence takes)", "metavar": "N"})
     jsonl: bool = field(default=False, metadata={
         "help": "write one JSON object per input line (prediction, delays, timings, compute counts)"})
+    audio: str | None = field(default=None, metadata={
+        "help": "translate this 16 kHz mono WAV file instead of text, as it plays (needs --speech-model)",
+        "metavar": "WAV"})
+    speech_model: str | None = field(default=None, metadata={
+        "help": "a speech model folder (simulmt finetune-speech's DIR/model): encoder, speech adapter, LLM",
+        "metavar": "DIR"})
     batch_size: int = batch_size_field()
     device: str | None = device_field()
     dtype: str = dtype_field()
@@ -318,6 +324,8 @@ def _translate(options: TranslateOptions, translator: "Translator", lines: Itera
 
 
 def _run_translate(options: TranslateOptions, parser: argparse.ArgumentParser) -> int:
+    if options.audio is not None or options.speech_model is not None:
+        return _run_translate_audio(options, parser)
     if options.input == "-":
         lines: Iterable[Line] = stream_lines(sys.stdin.buffer)
     else:
@@ -334,6 +342,26 @@ def _run_translate(options: TranslateOptions, parser: argparse.ArgumentParser) -
         return 1
     progress = isinstance(lines, list) and bool(lines) and _stderr_is_terminal() and not _stdout_is_terminal()
     return _translate(options, translator, lines, sys.stdout, sys.stderr, progress)
+
+
+def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentParser) -> int:
+    if options.audio is None or options.speech_model is None:
+        parser.error("--audio WAV and --speech-model DIR go together")
+    if options.input != "-":
+        parser.error("--audio translates a WAV file: give no text input file with it")
+    import torch
+
+    from simulmt.speech.model import SpeechTranslator
+    from simulmt.speech.translate_audio import read_audio, translate_audio
+
+    try:
+        read_audio(options.audio)  # a bad file fails before the model loads
+        speech = SpeechTranslator.load(options.speech_model, device=options.device,
+                                       dtype=getattr(torch, options.dtype))
+        return translate_audio(speech, options.audio, options.session_kwargs(), options.jsonl)
+    except SimulmtError as exc:
+        print(f"simulmt: error: {exc}", file=sys.stderr)
+        return 1
 
 
 def _run_demo(options: DemoOptions) -> int:
@@ -354,6 +382,18 @@ def _run_rl(options, parser: argparse.ArgumentParser) -> int:
     from simulmt.rl.train import run_rl  # peft and the engine load here
 
     return run_rl(options, parser)
+
+
+def _run_finetune_speech(options) -> int:
+    from simulmt.speech.train import train_speech
+
+    try:
+        card = train_speech(options)
+    except SimulmtError as exc:
+        print(f"simulmt finetune-speech: error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({k: v for k, v in card.items() if k != "loss_history"}, indent=2))
+    return 0
 
 
 def _run_finetune(options, parser: argparse.ArgumentParser) -> int:
@@ -383,6 +423,7 @@ def _commands() -> dict[str, Command]:
     from simulmt.finetune import options as finetuning
     from simulmt.rl import options as rl
     from simulmt.service import server
+    from simulmt.speech.options import SpeechTrainOptions
 
     return {
         "translate": Command(
@@ -416,6 +457,15 @@ def _commands() -> dict[str, Command]:
             "Fine-tune a causal LM on sentence pairs laid out as the streaming engine will see them (recipe = layout "
             "+ schedule), save DIR/adapter and DIR/training.json, and evaluate on a dev subset with the streaming "
             "engine. Built on the Hugging Face Trainer: accelerate launch / torchrun / --deepspeed work."),
+        "finetune-speech": Command(
+            SpeechTrainOptions, lambda options, sub: _run_finetune_speech(options),
+            "EASiST's speech stages on a frozen LLM: align the speech adapter, fine-tune it on interleaved chunks, fit "
+            "the READ/WRITE policy head (resumable)",
+            "Train one stage of the speech model on a speech corpus (python -m simulmt.speech.synth corpus ...): "
+            "--stage align (offline speech -> transcript or translation), simul (interleaved speech and target "
+            "chunks), policy (the READ/WRITE head after each block). Stage one, the interleaved text format, is "
+            "`simulmt finetune --recipe interleaved`; its adapter is --adapter here. Writes DIR/model, a speech "
+            "model folder, and DIR/training.json."),
         "rl": Command(
             rl.RLOptions, _run_rl,
             "sequential policy optimisation (SeqPO-SiMT): GRPO over whole simultaneous translations (resumable)",

@@ -1,0 +1,172 @@
+"""Speech in, text out: a streaming speech encoder + the speech adapter + a text translator, as one model.
+
+    audio pieces --StreamingEncoder--> encoder blocks (final) --SpeechAdapter--> embeddings per block
+                 --Stream.push_embedded--> placed source tokens that carry embeddings --Engine--> target words
+
+A source unit is a block of audio (``StreamingEncoderConfig.block_ms``): every policy counts blocks where it
+counts words for text (wait-k: write word j once k + j - 1 blocks are read; a learned policy decides after each
+block). A word's delay in ms is the audio time at which the last block read before it became available
+(``BlockSpan.available_ms``); the computation-aware delay adds the wall time spent so far (encoder, adapter, LLM).
+
+Loading: ``SpeechTranslator.load(folder)`` reads a speech model folder (``speech.json``: the LLM, its adapter,
+the speech encoder and the block configuration; the speech adapter's weights; the policy head, if any).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from simulmt.core.learned_policy import HEAD_FILE, PolicyHead
+from simulmt.core.session import StreamingSession, Translation, WrittenWord
+from simulmt.errors import SimulmtError
+from simulmt.speech.adapter import SpeechAdapter
+from simulmt.speech.streaming_encoder import (EncodedBlock, StreamingEncoder, StreamingEncoderConfig,
+                                              encode_utterance, utterance_spans)
+
+SPEECH_FILE = "speech.json"
+
+
+@dataclass
+class SpeechTranslation(Translation):
+    """A ``Translation`` whose source units are audio blocks: ``delays`` in blocks, ``delays_ms`` in audio time,
+    ``duration_ms`` the audio's length, ``encoder_ms`` / ``adapter_ms`` the compute spent on them."""
+
+    delays_ms: list[float] = field(default_factory=list)
+    duration_ms: float = 0.0
+    encoder_ms: float = 0.0
+    adapter_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class SpeechModelCard:
+    """``speech.json``: what a speech model folder is made of."""
+
+    model: str  # the LLM (a packaged name, a directory or a hub id)
+    adapter: str | None  # the LLM's LoRA adapter (relative to the folder, or absolute), with the markers
+    encoder: str  # the speech encoder: a packaged Whisper name ("tiny.en", "base") or a CTranslate2 folder
+    block_ms: int = 640
+    left_context_ms: int = 5120
+    lookahead_ms: int = 0
+    source_lang: str = "en"
+    target_lang: str = "de"
+
+    @property
+    def stream_config(self) -> StreamingEncoderConfig:
+        return StreamingEncoderConfig(self.block_ms, self.left_context_ms, self.lookahead_ms)
+
+
+class SpeechTranslator:
+    def __init__(self, translator, encoder, extractor, adapter: SpeechAdapter,
+                 config: StreamingEncoderConfig = StreamingEncoderConfig()):
+        if adapter.config.llm_dim != translator.model.get_input_embeddings().weight.shape[1]:
+            raise SimulmtError(f"the speech adapter gives {adapter.config.llm_dim}-dim embeddings but the LLM's are "
+                               f"{translator.model.get_input_embeddings().weight.shape[1]}-dim")
+        if adapter.config.encoder_dim != encoder.config.d_model:
+            raise SimulmtError(f"the speech adapter takes {adapter.config.encoder_dim}-dim frames but the encoder "
+                               f"gives {encoder.config.d_model}-dim ones")
+        self.translator, self.encoder, self.extractor = translator, encoder, extractor
+        self.adapter, self.config = adapter.eval(), config
+
+    @classmethod
+    def load(cls, folder: str | Path, **load_kwargs) -> "SpeechTranslator":
+        from simulmt.speech.whisper_ct2 import whisper_encoder
+        from simulmt.translator import Translator
+
+        folder = Path(folder)
+        if not (folder / SPEECH_FILE).is_file():
+            raise SimulmtError(f"not a speech model folder (no {SPEECH_FILE}): {folder}")
+        card = SpeechModelCard(**json.loads((folder / SPEECH_FILE).read_text()))
+        adapter_dir = None if card.adapter is None else str((folder / card.adapter) if not Path(card.adapter).is_absolute()
+                                                             else Path(card.adapter))
+        translator = Translator.load(card.model, adapter=adapter_dir or "none", source_lang=card.source_lang,
+                                     target_lang=card.target_lang, **load_kwargs)
+        encoder, extractor = whisper_encoder(card.encoder)
+        if (folder / HEAD_FILE).is_file():  # the speech policy head (trained on blocks) replaces a text one
+            translator.policy_head = PolicyHead.load(folder)
+        return cls(translator, encoder, extractor, SpeechAdapter.load(folder), card.stream_config)
+
+    # ---- blocks -> embeddings --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def embed(self, blocks: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Encoder blocks -> the LLM-space embeddings of each (the adapter on each block alone)."""
+        return [self.adapter(b).float() for b in blocks]
+
+    def encode(self, audio: np.ndarray) -> list[torch.Tensor]:
+        """A whole utterance's encoder blocks, exactly those streaming gives (training uses this)."""
+        return encode_utterance(audio, self.config, self.encoder, self.extractor)
+
+    # ---- streaming -------------------------------------------------------------------------------------------
+    def session(self, layout: str = "interleaved", policy: str = "wait-k", **kwargs) -> "SpeechSession":
+        return SpeechSession(self, self.translator.session(layout, policy, **kwargs))
+
+    def translate(self, audio: np.ndarray, layout: str = "interleaved", policy: str = "wait-k", *,
+                  piece_ms: float | None = None, **kwargs) -> SpeechTranslation:
+        """Translate one utterance (16 kHz mono, int16 or float32), fed in pieces of ``piece_ms`` (default: one
+        block) as a live stream would be."""
+        session = self.session(layout, policy, **kwargs)
+        step = int(16 * (piece_ms or self.config.block_ms))
+        for start in range(0, len(audio), step):
+            for _ in session.push_audio(audio[start:start + step]):
+                pass
+        for _ in session.finish():
+            pass
+        return session.result()
+
+
+class SpeechSession:
+    """One live utterance: ``push_audio`` pieces as they arrive, ``finish``; each yields the words written."""
+
+    def __init__(self, owner: SpeechTranslator, text: StreamingSession):
+        self.owner, self.text = owner, text
+        self.encoder = StreamingEncoder(owner.config, owner.encoder, owner.extractor)
+        self.blocks: list[EncodedBlock] = []
+        self.adapter_seconds = 0.0
+        self.t0: float | None = None
+
+    def _feed(self, blocks: list[EncodedBlock], finished: bool):
+        if self.t0 is None:
+            self.t0 = time.perf_counter()
+        started = time.perf_counter()
+        embeddings = self.owner.embed([b.frames for b in blocks])
+        self.adapter_seconds += time.perf_counter() - started
+        self.blocks += blocks
+        if blocks or finished:
+            self.text.push_embedded(embeddings, finished=finished,
+                                    labels=[f"[{b.start_ms / 1000:.2f}-{b.end_ms / 1000:.2f}s]" for b in blocks])
+        yield from self.text.advance()
+
+    def push_audio(self, samples: np.ndarray):
+        """More audio (16 kHz mono); yields the words it let the translator write."""
+        if self.t0 is None:
+            self.t0 = time.perf_counter()
+            self.text.t0 = self.t0  # the words' elapsed times count from the first audio, encoder included
+        blocks = self.encoder.push(samples)
+        if blocks:
+            yield from self._feed(blocks, finished=False)
+
+    def finish(self):
+        """The end of the audio; yields the last words."""
+        yield from self._feed(self.encoder.finish(), finished=True)
+
+    def delay_ms(self, word: WrittenWord) -> float:
+        """Audio time at which the last block read before ``word`` was available."""
+        return self.blocks[word.delay - 1].available_ms if word.delay else 0.0
+
+    def result(self) -> SpeechTranslation:
+        base = self.text.result()
+        delays_ms = [self.blocks[d - 1].available_ms if d else 0.0 for d in base.delays]
+        compute = self.encoder.compute
+        return SpeechTranslation(**asdict(base), delays_ms=delays_ms, duration_ms=compute.audio_ms,
+                                 encoder_ms=round(1000 * (compute.encoder_seconds + compute.feature_seconds), 3),
+                                 adapter_ms=round(1000 * self.adapter_seconds, 3))
+
+
+def block_delays_ms(config: StreamingEncoderConfig, num_samples: int) -> list[float]:
+    """``available_ms`` of every block of an utterance of ``num_samples`` (what ``delays`` in blocks map to)."""
+    return [span.available_ms for span in utterance_spans(config, num_samples)]

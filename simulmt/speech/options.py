@@ -1,0 +1,76 @@
+"""``simulmt finetune-speech`` options: one typed dataclass, the Python API's config and the CLI's flags (the
+training itself is ``simulmt.speech.train``; this module imports nothing heavy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simulmt.errors import SimulmtError
+from simulmt.option_fields import language_field
+
+STAGES = ("align", "simul", "policy")
+
+
+@dataclass(frozen=True)
+class SpeechTrainOptions:
+    corpus: str = field(default="", metadata={
+        "help": "manifest.jsonl of a speech corpus (python -m simulmt.speech.synth corpus ...); required",
+        "metavar": "FILE"})
+    stage: str = field(default="align", metadata={"help": "align | simul | policy", "choices": STAGES})
+    model: str = field(default="gemma-3-270m", metadata={"help": "the LLM"})
+    adapter: str | None = field(default=None, metadata={
+        "help": "the LLM's LoRA adapter, trained with --recipe interleaved (it carries the marker tokens)",
+        "metavar": "DIR"})
+    encoder: str = field(default="tiny.en", metadata={"help": "speech encoder: tiny.en, base, or a CTranslate2 folder"})
+    speech_adapter: str | None = field(default=None, metadata={
+        "help": "start from this speech model folder's adapter (simul and policy: the align stage's output)",
+        "metavar": "DIR"})
+    output: str = field(default="simulmt-speech", metadata={"help": "run directory", "metavar": "DIR"})
+    block_ms: int = field(default=640, metadata={"help": "audio per source unit (a multiple of 40 ms)"})
+    left_context_ms: int = field(default=5120, metadata={
+        "help": "earlier audio encoded again with each block (docs/speech-streaming.md)"})
+    align_target: str = field(default="transcript", metadata={
+        "help": "align: what the model writes after the speech", "choices": ("transcript", "translation")})
+    n_mix: str = field(default="1,2,3,4", metadata={"help": "simul/policy: read-n chunk sizes in words, one drawn "
+                                                            "per utterance", "metavar": "N,N,..."})
+    adapter_hidden: int = field(default=1024, metadata={"help": "channels of the speech adapter's convolutions"})
+    steps: int = field(default=200, metadata={"help": "optimizer steps (align, simul)"})
+    batch_size: int = field(default=8, metadata={"help": "utterances per step"})
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate (warmup a tenth, then cosine)"})
+    save_steps: int = field(default=50, metadata={"help": "checkpoint every N steps"})
+    max_minutes: float | None = field(default=None, metadata={
+        "help": "stop after this many minutes with a checkpoint (--resume continues)"})
+    resume: bool = field(default=False, metadata={"help": "continue the run in --output from its checkpoint"})
+    limit: int | None = field(default=None, metadata={"help": "use only the first N utterances", "metavar": "N"})
+    seed: int = field(default=0, metadata={"help": "seed of the batches, the chunk draws and the adapter's init"})
+    source_lang: str = language_field("en", "source")
+    target_lang: str = language_field("de", "target")
+
+    def __post_init__(self):
+        if not self.corpus:
+            raise SimulmtError("--corpus is required: a speech corpus manifest (python -m simulmt.speech.synth corpus)")
+        if self.stage not in STAGES:
+            raise SimulmtError(f"unknown speech stage {self.stage!r}; choose one of: {', '.join(STAGES)}")
+        if self.stage != "align" and self.speech_adapter is None:
+            raise SimulmtError(f"--stage {self.stage} continues an aligned speech adapter: pass --speech-adapter DIR "
+                               f"(the align stage's OUT/model)")
+        self._check_blocks()
+        if min(self.steps, self.batch_size, self.save_steps) < 1 or self.lr <= 0:
+            raise SimulmtError("--steps, --batch-size and --save-steps must be at least 1, --lr positive")
+
+    @property
+    def ns(self) -> list[int]:
+        try:
+            ns = [int(v) for v in self.n_mix.split(",") if v.strip()]
+        except ValueError:
+            raise SimulmtError(f"--n-mix takes comma-separated integers, got {self.n_mix!r}") from None
+        if not ns or min(ns) < 1:
+            raise SimulmtError(f"--n-mix takes integers of at least 1, got {self.n_mix!r}")
+        return ns
+
+
+
+    def _check_blocks(self) -> None:
+        if self.block_ms <= 0 or self.block_ms % 40 or self.left_context_ms < 0 or self.left_context_ms % 20:
+            raise SimulmtError(f"--block-ms must be a positive multiple of 40 and --left-context-ms a multiple of 20 "
+                               f"(at least 0), got {self.block_ms} and {self.left_context_ms}")

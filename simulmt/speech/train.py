@@ -1,0 +1,284 @@
+"""EASiST's speech stages on a frozen LLM: align the speech adapter, fine-tune it on interleaved chunks, fit the
+policy head. (Stage one, the interleaved text format, is ``simulmt finetune --recipe interleaved``.)
+
+* ``align``  (stage II): offline speech -> text. Every block is read, then the model writes the transcript
+  (``--align-target transcript``: the prompt asks to "translate English into English") or the translation. Only
+  the adapter trains; the LLM (with its interleaved LoRA adapter merged) is frozen, so the adapter learns to
+  speak its input language.
+* ``simul``  (stage III): interleaved sequences, speech chunks and target chunks. Chunks are the source words'
+  read-n chunks (n drawn per utterance from ``--n-mix``), mapped onto blocks by the words' end times: target word
+  j is written after the first block that holds the end of the last source word it needs. The adapter trains.
+* ``policy``: the READ/WRITE head on the hidden states after each block (``simulmt.finetune.policy_head``),
+  labelled by the same chunk schedule.
+
+Training and streaming see the same inputs: a corpus utterance is encoded with ``encode_utterance`` (the blocks
+streaming emits), the adapter maps each block alone, and the layout places the embeddings as streaming does
+(tests/test_speech_stream.py holds the parity). Encoder blocks are computed once per utterance and cached in
+``OUT/blocks`` (resumable). A run saves ``OUT/checkpoint.pt`` every ``save_steps`` steps and at a time limit;
+``--resume`` continues it; the result is a speech model folder ``OUT/model`` (``SpeechTranslator.load``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from simulmt.core.examples import IGNORE, build_examples, decision_points
+from simulmt.core.layouts import Interleaved
+from simulmt.core.prompt_format import build_format, with_interleaved_markers
+from simulmt.errors import SimulmtError
+from simulmt.finetune.schedules import read_n
+from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
+from simulmt.speech.model import SPEECH_FILE, SpeechModelCard
+from simulmt.speech.options import SpeechTrainOptions
+from simulmt.speech.streaming_encoder import StreamingEncoderConfig, encode_utterance, utterance_spans
+
+@dataclass
+class SpeechItem:
+    """One corpus utterance, encoded: encoder blocks, when each became available, the text and word times."""
+
+    id: str
+    blocks: list[torch.Tensor]
+    available_ms: list[float]
+    source: str
+    target: str
+    word_end_ms: list[float]
+
+
+# ---- data ------------------------------------------------------------------------------------------------------
+def load_items(options: SpeechTrainOptions, encoder, extractor, progress: bool = False) -> list[SpeechItem]:
+    """The corpus's utterances with their encoder blocks, computed once and cached under OUT/blocks."""
+    from simulmt.speech.synth import read_manifest
+
+    config = StreamingEncoderConfig(options.block_ms, options.left_context_ms)
+    manifest = Path(options.corpus)
+    utterances = read_manifest(manifest)[: options.limit]
+    if not utterances:
+        raise SimulmtError(f"{manifest}: no utterances")
+    cache = Path(options.output) / "blocks" / f"{Path(options.encoder).name}-{config.block_ms}-{config.left_context_ms}"
+    cache.mkdir(parents=True, exist_ok=True)
+    items = []
+    for u in tqdm(utterances, desc="speech: encoder blocks", unit="utt", disable=not progress):
+        path = cache / f"{u.id}.pt"
+        if path.is_file():
+            blocks = torch.load(path)
+        else:
+            audio = u.read_audio()
+            blocks = encode_utterance(audio, config, encoder, extractor)
+            torch.save(blocks, path.with_suffix(".tmp"))
+            path.with_suffix(".tmp").replace(path)
+        n = int(round(u.duration_ms * 16))
+        spans = utterance_spans(config, n)
+        if len(spans) != len(blocks):
+            raise SimulmtError(f"{path}: {len(blocks)} cached blocks, but the audio has {len(spans)}: delete the cache")
+        items.append(SpeechItem(u.id, blocks, [s.available_ms for s in spans], u.source, u.target,
+                                [w.end_ms for w in u.words]))
+    return items
+
+
+def block_delays(word_delays: list[int], word_end_ms: list[float], available_ms: list[float]) -> list[int]:
+    """Word-level delays (source words read before each target word) -> blocks read: the first block available
+    once the last needed word has ended (at least one block)."""
+    out = []
+    for g in word_delays:
+        end = word_end_ms[g - 1] if g > 0 else 0.0
+        b = next((i + 1 for i, t in enumerate(available_ms) if t >= end), len(available_ms))
+        out.append(max(1, b))
+    return out
+
+
+def speech_example(item: SpeechItem, embeddings: list[torch.Tensor], fmt, tokenizer, stage: str, n: int,
+                   align_text: str):
+    """The laid-out sequence (interleaved) of one utterance, and the embeddings its negative ids take, in order."""
+    units, f = [], 0
+    for e in embeddings:
+        units.append(tuple(-1 - i for i in range(f, f + e.shape[0])))
+        f += e.shape[0]
+    if stage == "align":
+        words = align_text.split()
+        delays = [len(units)] * len(words)
+    else:
+        words = item.target.split()
+        word_delays = read_n(n, len(item.source.split()), len(words))
+        delays = block_delays(word_delays, item.word_end_ms, item.available_ms)
+    return units, words, delays
+
+
+# ---- the loop ----------------------------------------------------------------------------------------------------
+def train_speech(options: SpeechTrainOptions, *, translator=None, encoder=None, extractor=None,
+                 progress: bool | None = None) -> dict:
+    """Run one speech stage (see the module docstring); returns the card written to OUT/training.json.
+    ``translator``/``encoder``/``extractor``: ready models instead of loading them (tests)."""
+    progress = sys.stderr.isatty() if progress is None else progress
+    out = Path(options.output)
+    final = out / "model"
+    if final.exists() and not options.resume:
+        raise SimulmtError(f"{out} already holds a trained speech model: choose another --output (or --resume)")
+    if translator is None:
+        from simulmt.translator import Translator
+
+        translator = Translator.load(options.model, adapter=options.adapter or "none", source_lang=options.source_lang,
+                                     target_lang=options.target_lang, device="cpu")
+    if translator.fmt.end_of_read is None:
+        raise SimulmtError("the LLM has no interleaved marker tokens: pass --adapter, an adapter trained with "
+                           "`simulmt finetune --recipe interleaved`")
+    if encoder is None:
+        from simulmt.speech.whisper_ct2 import whisper_encoder
+
+        encoder, extractor = whisper_encoder(options.encoder)
+    for p in translator.model.parameters():
+        p.requires_grad_(False)
+    llm_dim = translator.model.get_input_embeddings().weight.shape[1]
+    if options.speech_adapter is not None:
+        adapter = SpeechAdapter.load(options.speech_adapter)
+    else:
+        torch.manual_seed(options.seed)
+        adapter = SpeechAdapter(SpeechAdapterConfig(encoder.config.d_model, llm_dim, options.adapter_hidden))
+    items = load_items(options, encoder, extractor, progress)
+    layout = Interleaved()
+    if options.stage == "align" and options.align_target == "transcript":
+        fmt = with_interleaved_markers(build_format(translator.tokenizer, options.source_lang, options.source_lang),
+                                       translator.tokenizer)
+    else:
+        fmt = translator.fmt
+    started, cpu_started = time.perf_counter(), time.process_time()
+    card = {"stage": options.stage, "options": asdict(options), "utterances": len(items)}
+    if options.stage == "policy":
+        card.update(_fit_policy(options, translator, adapter, items, layout, fmt))
+    else:
+        card.update(_train_adapter(options, translator, adapter, items, layout, fmt, progress))
+    card["seconds"] = round(time.perf_counter() - started, 1)
+    card["cpu_seconds"] = round(time.process_time() - cpu_started, 1)
+    if not card.get("stopped_by_time_limit"):
+        _save_model(options, adapter, final, card)
+    (out / "training.json").write_text(json.dumps(card, indent=2) + "\n")
+    return card
+
+
+def _loss(translator, adapter, item: SpeechItem, layout, fmt, options, rng) -> torch.Tensor:
+    embeddings = [adapter(b) for b in item.blocks]
+    text = item.source if options.stage == "align" and options.align_target == "transcript" else item.target
+    units, words, delays = speech_example(item, embeddings, fmt, translator.tokenizer, options.stage,
+                                          rng.choice(options.ns), text)
+    (example,) = build_examples(layout, fmt, translator.tokenizer, units, words, delays)
+    runner = translator.runner
+    ids = example.input_ids
+    rows = torch.cat(embeddings)[[-1 - i for i in ids.tolist() if i < 0]]
+    out = runner.decoder(inputs_embeds=runner.embed(ids[None], rows), position_ids=example.position_ids[None],
+                         attention_mask=runner.masks(example.visible(layout), 0), use_cache=False)
+    labels = torch.tensor(example.labels)
+    where = labels != IGNORE
+    logits = runner.head(out.last_hidden_state[0][where])
+    if runner.softcap:
+        logits = torch.tanh(logits / runner.softcap) * runner.softcap
+    return torch.nn.functional.cross_entropy(logits.float(), labels[where], reduction="sum"), int(where.sum())
+
+
+def _train_adapter(options, translator, adapter, items, layout, fmt, progress) -> dict:
+    out = Path(options.output)
+    opt = torch.optim.AdamW(adapter.parameters(), lr=options.lr, weight_decay=0.01)
+    step, history = 0, []
+    checkpoint = out / "checkpoint.pt"
+    if options.resume and checkpoint.is_file():
+        state = torch.load(checkpoint, weights_only=False)
+        if state["options"] != {k: v for k, v in asdict(options).items() if k not in ("resume", "max_minutes")}:
+            raise SimulmtError("--resume with options that change the run: use the same options as the cut run")
+        adapter.load_state_dict(state["adapter"])
+        opt.load_state_dict(state["optimizer"])
+        step, history = state["step"], state["history"]
+    warmup = max(1, options.steps // 10)
+    schedule = lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / options.steps)))  # noqa: E731
+    deadline = time.perf_counter() + 60 * options.max_minutes if options.max_minutes else None
+    adapter.train()
+    translator.model.eval()
+    bar = tqdm(total=options.steps, initial=step, desc=f"speech {options.stage}", disable=not progress)
+    stopped = False
+    while step < options.steps:
+        rng = random.Random(options.seed * 1_000_003 + step)  # the batch of step s does not depend on resuming
+        batch = rng.sample(items, min(options.batch_size, len(items)))
+        for group in opt.param_groups:
+            group["lr"] = options.lr * schedule(step)
+        opt.zero_grad()
+        total, count = 0.0, 0
+        for item in batch:
+            loss, n = _loss(translator, adapter, item, layout, fmt, options, rng)
+            loss.backward()
+            total, count = total + float(loss.detach()), count + n
+        for p in adapter.parameters():
+            if p.grad is not None:
+                p.grad /= max(1, count)
+        torch.nn.utils.clip_grad_norm_(adapter.parameters(), 1.0)
+        opt.step()
+        step += 1
+        history.append({"step": step, "loss": round(total / max(1, count), 5)})
+        bar.update(1)
+        bar.set_postfix(loss=history[-1]["loss"])
+        timed_out = deadline is not None and time.perf_counter() > deadline
+        if step % options.save_steps == 0 or step == options.steps or timed_out:
+            state = {"options": {k: v for k, v in asdict(options).items() if k not in ("resume", "max_minutes")},
+                     "adapter": adapter.state_dict(), "optimizer": opt.state_dict(), "step": step, "history": history}
+            out.mkdir(parents=True, exist_ok=True)
+            torch.save(state, out / "checkpoint.tmp")
+            (out / "checkpoint.tmp").replace(checkpoint)
+        if timed_out and step < options.steps:
+            stopped = True
+            break
+    bar.close()
+    adapter.eval()
+    return {"steps": step, "loss_history": history, "stopped_by_time_limit": stopped,
+            "train_loss": history[-1]["loss"] if history else None}
+
+
+def _fit_policy(options, translator, adapter, items, layout, fmt) -> dict:
+    from simulmt.finetune.policy_head import fit_head
+
+    rng = random.Random(options.seed)
+    hidden, labels = [], []
+    with torch.no_grad():
+        for item in items:
+            embeddings = [adapter(b) for b in item.blocks]
+            units, words, delays = speech_example(item, embeddings, fmt, translator.tokenizer, "simul",
+                                                  rng.choice(options.ns), item.target)
+            points = decision_points(layout, fmt, translator.tokenizer, units, words, delays)
+            if not points.indices:
+                continue
+            ex = points.example
+            rows = torch.cat(embeddings)[[-1 - i for i in ex.input_ids.tolist() if i < 0]]
+            states = translator.runner.hidden_states(ex.input_ids.tolist(), ex.position_ids.tolist(),
+                                                     ex.visible(layout), embedded=rows)
+            hidden.append(states[points.indices])
+            labels.append(torch.tensor(points.labels))
+    if not hidden:
+        raise SimulmtError("no decision points in the corpus (every utterance is one block)")
+    head, fit = fit_head(torch.cat(hidden), torch.cat(labels), seed=options.seed,
+                         info={"stage": "policy", "unit": f"{options.block_ms} ms block", "n_mix": options.n_mix})
+    adapter.policy_head = head  # saved with the model
+    return {"fit": fit.to_json()}
+
+
+def _save_model(options: SpeechTrainOptions, adapter: SpeechAdapter, final: Path, card: dict) -> None:
+    final.mkdir(parents=True, exist_ok=True)
+    adapter.save(final)
+    llm_adapter = None if options.adapter is None else str(Path(options.adapter).resolve())
+    model = options.model if not Path(options.model).is_dir() else str(Path(options.model).resolve())
+    speech = SpeechModelCard(model=model, adapter=llm_adapter, encoder=options.encoder, block_ms=options.block_ms,
+                             left_context_ms=options.left_context_ms, source_lang=options.source_lang,
+                             target_lang=options.target_lang)
+    (final / SPEECH_FILE).write_text(json.dumps(asdict(speech), indent=2) + "\n")
+    head = getattr(adapter, "policy_head", None)
+    if head is None and options.speech_adapter is not None:
+        from simulmt.core.learned_policy import HEAD_FILE
+
+        previous = Path(options.speech_adapter) / HEAD_FILE
+        if previous.is_file():
+            (final / HEAD_FILE).write_bytes(previous.read_bytes())
+    if head is not None:
+        head.save(final)

@@ -1,0 +1,60 @@
+"""``simulmt translate --audio FILE --speech-model DIR``: words appear as the audio plays, with their audio time.
+
+The WAV file is fed to a speech session in pieces of one block, as a live stream would arrive; each written word
+is printed with the audio time it was written at (the delay: when the last block read before it was available)
+and the wall time spent so far. ``--jsonl`` prints one JSON object for the file: the prediction, delays in blocks
+and in ms, the compute (encoder, adapter, LLM) and the audio's duration.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TextIO
+
+import numpy as np
+
+from simulmt.errors import SimulmtError
+
+
+def read_audio(path: str) -> np.ndarray:
+    """A 16 kHz mono 16-bit WAV file as int16 samples, or a clear error."""
+    from simulmt.speech.synth import read_wav
+
+    try:
+        samples, rate = read_wav(path)
+    except FileNotFoundError:
+        raise SimulmtError(f"audio file not found: {path}") from None
+    except (EOFError, OSError, ValueError) as exc:  # wave.Error is an Exception subclass: caught below
+        raise SimulmtError(f"{path}: not a readable WAV file ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - wave.Error
+        raise SimulmtError(f"{path}: not a readable WAV file ({exc})") from None
+    if rate != 16000:
+        raise SimulmtError(f"{path}: the audio is {rate} Hz; simulmt takes 16 kHz mono 16-bit WAV "
+                           f"(sox {path} -r 16000 -c 1 -b 16 out.wav)")
+    if len(samples) == 0:
+        raise SimulmtError(f"{path}: the audio is empty")
+    return samples
+
+
+def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: TextIO = sys.stdout) -> int:
+    audio = read_audio(path)
+    session = speech.session(**session_kwargs)
+    step = 16 * speech.config.block_ms
+
+    def show(words) -> None:
+        for word in words:
+            if not jsonl:
+                print(f"[{session.delay_ms(word) / 1000:6.2f} s audio | {word.elapsed_ms / 1000:6.2f} s wall] "
+                      f"{word.text}", file=out, flush=True)
+
+    for start in range(0, len(audio), step):
+        show(session.push_audio(audio[start:start + step]))
+    show(session.finish())
+    result = session.result()
+    if jsonl:
+        print(json.dumps(result.to_json(), ensure_ascii=False), file=out)
+    else:
+        print(f"\n{result.prediction}\n({len(result.delays)} words from {result.duration_ms / 1000:.2f} s of audio; "
+              f"encoder {result.encoder_ms:.0f} ms, wall {result.wall_ms:.0f} ms)", file=out)
+    return 0 if result.error is None else 1

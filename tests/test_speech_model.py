@@ -1,0 +1,111 @@
+"""The speech translator end to end on tiny random models: audio pieces -> streaming encoder -> adapter ->
+embedded source units -> words with delays in ms; the same as encoding the whole utterance at once and streaming
+its blocks (what training sees), batched or not."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import WhisperConfig, WhisperFeatureExtractor
+from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+from helpers import tiny_interleaved_translator
+from simulmt.core.engine import Engine, run_batched
+from simulmt.core.policies import WaitK
+from simulmt.errors import SimulmtError
+from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
+from simulmt.speech.model import SpeechTranslator, block_delays_ms
+from simulmt.speech.streaming_encoder import StreamingEncoderConfig
+
+
+def tiny_speech(arch: str = "llama", block_ms: int = 320) -> SpeechTranslator:
+    torch.manual_seed(0)
+    encoder = WhisperEncoder(WhisperConfig(d_model=16, encoder_layers=2, encoder_attention_heads=2,
+                                           encoder_ffn_dim=32, num_mel_bins=80, max_source_positions=1500)).eval()
+    tr = tiny_interleaved_translator(arch)
+    adapter = SpeechAdapter(SpeechAdapterConfig(encoder_dim=16, llm_dim=tr.model.config.hidden_size, hidden=24))
+    return SpeechTranslator(tr, encoder, WhisperFeatureExtractor(feature_size=80), adapter,
+                            StreamingEncoderConfig(block_ms=block_ms, left_context_ms=640))
+
+
+def audio(seconds: float, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * 16000)) / 16000
+    return (0.3 * np.sin(2 * np.pi * (200 + 300 * t) * t) + 0.05 * rng.standard_normal(len(t))).astype(np.float32)
+
+
+def test_streamed_audio_equals_the_whole_utterance_as_blocks():
+    sp = tiny_speech()
+    x = audio(2.3)
+    streamed = sp.translate(x, "interleaved", WaitK(2), piece_ms=130)
+    blocks = sp.embed(sp.encode(x))
+    assert len(blocks) == len(block_delays_ms(sp.config, len(x))) == 8  # 2.3 s in 320 ms blocks
+    assert all(b.shape[0] == sp.adapter.output_frames(16) for b in blocks[:-1])  # 16 encoder frames -> 4
+    whole = sp.translator.session("interleaved", WaitK(2))
+    whole.push_embedded(blocks, finished=True)
+    list(whole.advance())
+    assert streamed.prediction and streamed.prediction == whole.result().prediction
+    assert streamed.delays == whole.result().delays and streamed.source_length == 8
+    spans = block_delays_ms(sp.config, len(x))
+    assert streamed.delays_ms == [spans[d - 1] for d in streamed.delays]
+    assert streamed.delays_ms == sorted(streamed.delays_ms) and streamed.delays_ms[-1] <= 2300
+    assert streamed.duration_ms == pytest.approx(2300) and streamed.encoder_ms > 0
+    assert json.dumps(streamed.to_json())  # plain data
+
+
+def test_speech_streams_batched_equal_one_at_a_time():
+    sp = tiny_speech("gemma3")
+    clips = [audio(s, seed) for seed, s in enumerate([1.7, 2.9, 1.1])]
+    alone = [sp.translate(x, "interleaved", WaitK(3)) for x in clips]
+    streams = []
+    for x in clips:
+        stream = sp.translator.new_stream("interleaved", WaitK(3))
+        stream.push_embedded(sp.embed(sp.encode(x)), finished=True)
+        streams.append(stream)
+    run_batched(streams, Engine(sp.translator.runner), batch_size=3)
+    assert [(a.prediction, a.delays) for a in alone] == [(s.result().prediction, s.result().delays) for s in streams]
+
+
+def test_mismatched_parts_are_refused():
+    sp = tiny_speech()
+    with pytest.raises(SimulmtError, match="32-dim"):
+        SpeechTranslator(sp.translator, sp.encoder, sp.extractor,
+                         SpeechAdapter(SpeechAdapterConfig(encoder_dim=16, llm_dim=8)))
+    with pytest.raises(SimulmtError, match="takes 12-dim frames but the encoder gives 16-dim"):
+        SpeechTranslator(sp.translator, sp.encoder, sp.extractor,
+                         SpeechAdapter(SpeechAdapterConfig(encoder_dim=12, llm_dim=32)))
+    with pytest.raises(SimulmtError, match="speech.json"):
+        SpeechTranslator.load("/nonexistent")
+
+
+def test_translate_audio_from_the_command_line(tmp_path, monkeypatch, capsys):
+    """``simulmt translate --audio WAV --speech-model DIR``: words with their audio time, or one JSON object; bad
+    files and missing options are clear errors."""
+    from simulmt import cli
+    from simulmt.speech import model as speech_model
+    from simulmt.speech.synth import write_wav
+
+    sp = tiny_speech()
+    monkeypatch.setattr(speech_model.SpeechTranslator, "load", classmethod(lambda cls, folder, **kw: sp))
+    wav = tmp_path / "clip.wav"
+    write_wav(wav, (audio(1.5) * 20000).astype(np.int16), 16000)
+    args = ["translate", "--audio", str(wav), "--speech-model", str(tmp_path), "--layout", "interleaved",
+            "--policy", "wait-k", "--k", "2"]
+    assert cli.main(args) == 0
+    shown = capsys.readouterr().out
+    assert "s audio |" in shown and "words from 1.50 s of audio" in shown
+    assert cli.main(args + ["--jsonl"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["delays_ms"] and row["duration_ms"] == pytest.approx(1500) and len(row["delays"]) == len(
+        row["prediction"].split())
+    assert row == {**row, "layout": "interleaved", "policy": "wait-2"}
+    write_wav(tmp_path / "8k.wav", np.zeros(800, np.int16), 8000)
+    assert cli.main(["translate", "--audio", str(tmp_path / "8k.wav"), "--speech-model", str(tmp_path)]) == 1
+    assert "16 kHz" in capsys.readouterr().err
+    assert cli.main(["translate", "--audio", str(tmp_path / "missing.wav"), "--speech-model", str(tmp_path)]) == 1
+    assert "not found" in capsys.readouterr().err
+    assert cli.main(["translate", "--audio", str(wav)]) == 2
+    assert "go together" in capsys.readouterr().err

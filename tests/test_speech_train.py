@@ -1,0 +1,111 @@
+"""EASiST's speech stages on tiny random models and a synthesised three-sentence corpus: align, simul and policy
+each run, resume and hand their result to the next; the trained speech model translates audio with a learned
+policy whose threshold moves the latency."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from transformers import WhisperConfig, WhisperFeatureExtractor
+from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+from helpers import tiny_interleaved_translator
+from simulmt.core.learned_policy import HEAD_FILE, Learned, PolicyHead
+from simulmt.errors import SimulmtError
+from simulmt.speech.adapter import SpeechAdapter
+from simulmt.speech.model import SPEECH_FILE, SpeechTranslator
+from simulmt.speech.streaming_encoder import StreamingEncoderConfig
+from simulmt.speech.options import SpeechTrainOptions
+from simulmt.speech.train import block_delays, train_speech
+
+pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None or shutil.which("sox") is None,
+                                reason="needs espeak-ng and sox (apt-get install espeak-ng sox)")
+SOURCES = ["A man rides a bike.", "Two dogs play in the park.", "The girl is reading a book outside."]
+TARGETS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Park.", "Das Mädchen liest draußen ein Buch."]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    from simulmt.speech.synth import SynthOptions, synthesise_corpus
+
+    folder = tmp_path_factory.mktemp("speech")
+    (folder / "src.en").write_text("\n".join(SOURCES) + "\n")
+    (folder / "tgt.de").write_text("\n".join(TARGETS) + "\n")
+    return synthesise_corpus(folder / "src.en", folder / "tgt.de", folder / "corpus", SynthOptions(seed=1))
+
+
+@pytest.fixture(scope="module")
+def parts():
+    torch.manual_seed(0)
+    encoder = WhisperEncoder(WhisperConfig(d_model=16, encoder_layers=1, encoder_attention_heads=2,
+                                           encoder_ffn_dim=32, num_mel_bins=80, max_source_positions=1500)).eval()
+    return dict(translator=tiny_interleaved_translator("llama"), encoder=encoder,
+                extractor=WhisperFeatureExtractor(feature_size=80))
+
+
+def options(corpus, out, **kw) -> SpeechTrainOptions:
+    base = dict(corpus=str(corpus), output=str(out), block_ms=320, left_context_ms=640, adapter_hidden=24, steps=4,
+                batch_size=2, save_steps=2, lr=5e-3)
+    base.update(kw)
+    return SpeechTrainOptions(**base)
+
+
+def test_block_delays_follow_the_words_end_times():
+    available = [320.0, 640.0, 960.0, 1280.0]
+    ends = [200.0, 700.0, 1000.0]  # word 1 ends in block 1, word 2 in block 3, word 3 in block 4
+    assert block_delays([1, 1, 2, 3, 3], ends, available) == [1, 1, 3, 4, 4]
+    assert block_delays([0], ends, available) == [1]  # at least one block
+
+
+def test_the_three_stages_and_the_trained_speech_model(corpus, parts, tmp_path):
+    align = train_speech(options(corpus, tmp_path / "align", align_target="transcript"), progress=False, **parts)
+    losses = [h["loss"] for h in align["loss_history"]]
+    assert align["steps"] == 4 and len(losses) == 4 and losses[-1] < losses[0]
+    model_dir = tmp_path / "align" / "model"
+    assert (model_dir / SPEECH_FILE).is_file() and (tmp_path / "align" / "checkpoint.pt").is_file()
+    assert len(list((tmp_path / "align" / "blocks").rglob("*.pt"))) == 3  # encoder blocks cached once
+
+    simul = train_speech(options(corpus, tmp_path / "simul", stage="simul", speech_adapter=str(model_dir)),
+                         progress=False, **parts)
+    assert simul["steps"] == 4 and simul["loss_history"][0]["loss"] > 0
+    policy = train_speech(options(corpus, tmp_path / "policy", stage="policy",
+                                  speech_adapter=str(tmp_path / "simul" / "model"), n_mix="1,2"),
+                          progress=False, **parts)
+    assert policy["fit"]["rows"] > 5 and 0 < policy["fit"]["write_fraction"] < 1
+    final = tmp_path / "policy" / "model"
+    assert (final / HEAD_FILE).is_file()
+
+    tr = parts["translator"]
+    speech = SpeechTranslator(tr, parts["encoder"], parts["extractor"], SpeechAdapter.load(final),
+                              StreamingEncoderConfig(320, 640))
+    from simulmt.speech.synth import read_manifest
+
+    audio = read_manifest(corpus)[2].read_audio()
+    head = PolicyHead.load(final)
+    eager = speech.translate(audio, "interleaved", Learned(0.0, head))
+    patient = speech.translate(audio, "interleaved", Learned(1.0, head))
+    blocks = len(speech.encode(audio))
+    assert eager.delays and eager.delays[0] == 1
+    assert patient.delays and set(patient.delays) == {blocks}
+    assert eager.delays_ms[0] < patient.delays_ms[0] <= patient.duration_ms
+    card = json.loads((final / SPEECH_FILE).read_text())
+    assert card["block_ms"] == 320 and card["encoder"] == "tiny.en"
+
+
+def test_a_cut_run_resumes_to_the_same_result(corpus, parts, tmp_path):
+    whole = train_speech(options(corpus, tmp_path / "whole"), progress=False, **parts)
+    cut = options(corpus, tmp_path / "cut", max_minutes=1e-6)
+    first = train_speech(cut, progress=False, **parts)
+    assert first["stopped_by_time_limit"] and first["steps"] == 1
+    assert not (tmp_path / "cut" / "model").exists()
+    resumed = train_speech(options(corpus, tmp_path / "cut", resume=True), progress=False, **parts)
+    assert resumed["steps"] == 4
+    assert [h["loss"] for h in resumed["loss_history"]] == pytest.approx(
+        [h["loss"] for h in whole["loss_history"]], rel=1e-4)
+    with pytest.raises(SimulmtError, match="already holds"):
+        train_speech(options(corpus, tmp_path / "whole"), progress=False, **parts)
+    with pytest.raises(SimulmtError, match="--speech-adapter"):
+        options(corpus, tmp_path / "x", stage="simul")
