@@ -138,16 +138,21 @@ def test_policy_errors():
         tr.translate(SOURCE, "interleaved", "learned")
 
 
+def saved_model_and_pairs(folder, pairs: int):
+    """A tiny model saved to ``folder/tiny`` (returned) and ``pairs`` training pairs in ``folder/src``, ``/tgt``."""
+    from helpers import save_tiny_model
+
+    (folder / "src").write_text("\n".join(CORPUS[:pairs]) + "\n")
+    (folder / "tgt").write_text("\n".join(CORPUS[16:16 + pairs]) + "\n")
+    return save_tiny_model(folder / "tiny")
+
+
 def test_interleaved_recipe_then_policy_head_from_the_command_line(tmp_path):
     """EASiST's text stages on a tiny model saved to disk: the interleaved recipe adds and trains the two markers,
     the adapter loads back with them; the policy-head recipe fits a head on that adapter; the learned policy
     translates with it, and tau moves the latency."""
     tok = make_tokenizer(chat=True)
-    model_dir = tmp_path / "tiny"
-    make_model("llama", len(tok)).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    (tmp_path / "src").write_text("\n".join(CORPUS[:16]) + "\n")
-    (tmp_path / "tgt").write_text("\n".join(CORPUS[16:32]) + "\n")
+    model_dir = saved_model_and_pairs(tmp_path, 16)
     data = ["--train-source", str(tmp_path / "src"), "--train-target", str(tmp_path / "tgt"), "--model",
             str(model_dir)]
     assert cli.main(["finetune", *data, "--output", str(tmp_path / "mt"), "--recipe", "interleaved", "--n", "2",
@@ -184,12 +189,7 @@ def test_the_interleaved_adapter_stores_only_the_marker_rows_and_reloads_exactly
     from simulmt.finetune.options import FinetuneOptions
     from simulmt.finetune.trainer import finetune
 
-    tok = make_tokenizer(chat=True)
-    model_dir = tmp_path / "tiny"
-    make_model("llama", len(tok)).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    (tmp_path / "src").write_text("\n".join(CORPUS[:8]) + "\n")
-    (tmp_path / "tgt").write_text("\n".join(CORPUS[16:24]) + "\n")
+    model_dir = saved_model_and_pairs(tmp_path, 8)
     trained = Translator.load(str(model_dir), adapter=None, device="cpu")  # finetune trains this model in place
     finetune(FinetuneOptions(train_source=str(tmp_path / "src"), train_target=str(tmp_path / "tgt"),
                              model=str(model_dir), output=str(tmp_path / "run"), recipe="interleaved", n=2,

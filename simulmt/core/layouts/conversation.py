@@ -21,13 +21,17 @@ class Conversation(Layout):
 
     def read(self, state: LayoutState, unit: tuple[int, ...]) -> None:
         retract_tentative_opener(state)
-        if state.opened:  # a target turn is open: close it, open a user turn
-            place(state, state.fmt.turn_end, Role.END, state.next_position)
-            place(state, state.fmt.user_header, Role.SOURCE_MARKER, state.next_position)
+        if state.opened:  # a target turn is open: it ends here
+            self.close_target(state)
             state.opened = state.target_written = False
         place(state, unit, Role.SOURCE, state.next_position, unit=state.units_read)
         state.units_read += 1
         state.source_tokens += len(unit)
+
+    def close_target(self, state: LayoutState) -> None:
+        """Close the open target turn (its end token: a label) and open a user turn."""
+        place(state, state.fmt.turn_end, Role.END, state.next_position)
+        place(state, state.fmt.user_header, Role.SOURCE_MARKER, state.next_position)
 
     def open_target(self, state: LayoutState) -> None:
         if not state.opened:

@@ -12,7 +12,7 @@ of chat turns. The markers are tokens the model must have: ``simulmt.core.marker
 
 from __future__ import annotations
 
-from simulmt.core.layouts.base import LayoutState, place, retract_tentative_opener
+from simulmt.core.layouts.base import LayoutState, place
 from simulmt.core.layouts.conversation import Conversation
 from simulmt.core.placed import PlacedToken, Role
 from simulmt.core.prompt_format import END_OF_READ, END_OF_WRITE, PromptFormat
@@ -31,14 +31,9 @@ class Interleaved(Conversation):
                                f"Translator")
         return super().start(fmt)
 
-    def read(self, state: LayoutState, unit: tuple[int, ...]) -> None:
-        retract_tentative_opener(state)
-        if state.opened:  # a target chunk is open: it ends here
-            place(state, (state.fmt.end_of_write,), Role.END, state.next_position)
-            state.opened = state.target_written = False
-        place(state, unit, Role.SOURCE, state.next_position, unit=state.units_read)
-        state.units_read += 1
-        state.source_tokens += len(unit)
+    def close_target(self, state: LayoutState) -> None:
+        """An open target chunk ends with the end-of-write token (a label); the next source chunk follows at once."""
+        place(state, (state.fmt.end_of_write,), Role.END, state.next_position)
 
     def open_target(self, state: LayoutState) -> None:
         if not state.opened:
