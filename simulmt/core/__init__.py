@@ -6,12 +6,15 @@ Read it bottom up, each file one concept:
 * ``visibility``: the one rule of who may attend to whom (a boolean matrix, for one stream or a batch of rows),
   and how far a key is from a query for ALiBi models;
 * ``prompt_format``, ``vocabulary``: the token pieces of a prompt and what the decoder must know per token;
+* ``markers``: the interleaved layout's two marker tokens, added to a model;
 * ``layouts/``: where tokens go and which position ids they get (expost, prefix, naive, conversation, gpe,
-  simulmask, seqpo);
-* ``policies``: READ or WRITE, as data, from a stream's state;
+  simulmask, seqpo, interleaved);
+* ``decisions``, ``policies``, ``learned_policy``: READ or WRITE, as data, from a stream's state (a learned
+  policy reads the model's hidden state, handed over as data too);
 * ``examples``: a sentence pair laid out along a schedule, as training sees it;
 * ``samplers``: greedy, seeded sampling, forced; each returns a token and its log-probability;
-* ``stream``: one sentence decoded while its source arrives, model-free (it says what it needs);
+* ``stream``: one sentence decoded while its source arrives, model-free (it says what it needs); its source units
+  are token ids, or embeddings (speech blocks) that the engine feeds in place of token embeddings;
 * ``alibi``: ALiBi models (Bloom, Falcon-RW), their bias carried by the masks;
 * ``batch_cache``, ``runner``, ``engine``: many streams served by one model, one packed forward per round;
 * ``session``: one stream with an engine of its own (the live API for one sentence).
