@@ -48,7 +48,7 @@ from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS
 from simulmt.core.policies import POLICIES, make_policy
 from simulmt.core.registry import main_parameter, parameters
-from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT, bleu, chrf, latency_scores
+from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT, LATENCY_METRICS, bleu, chrf, latency_scores
 from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, language_field,
                                     model_field, phi_field, slot_field)
 from simulmt.core.prompt_format import language_name
@@ -76,7 +76,13 @@ LATENCY_SIGNATURE = ("SimulEval-1.1.4-definitions|unit:word|ref_len:yes|empty:sk
 @dataclass(frozen=True)
 class EvaluateOptions:
     source: str | None = field(default=None, metadata={
-        "help": "source text, one sentence per line (required)", "metavar": "FILE"})
+        "help": "source text, one sentence per line (required, unless --source-audio)", "metavar": "FILE"})
+    source_audio: str | None = field(default=None, metadata={
+        "help": "speech input instead of text: a file listing 16 kHz mono WAV files, one per line (relative to the "
+                "list), line-aligned with --reference; needs --speech-model. Delays and latencies are then in ms of "
+                "audio, and *_CA adds the compute time", "metavar": "LIST"})
+    speech_model: str | None = field(default=None, metadata={
+        "help": "with --source-audio: a speech model folder (simulmt finetune-speech's DIR/model)", "metavar": "DIR"})
     reference: str | None = field(default=None, metadata={
         "help": "reference translations, line-aligned with --source (required)", "metavar": "FILE"})
     output: str | None = field(default=None, metadata={
@@ -119,7 +125,9 @@ class EvaluateOptions:
         for name in ("batch_size", "max_words"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("source", "reference", "output"):
+        if bool(self.source) == bool(self.source_audio):
+            raise SimulmtError("give exactly one of --source (text) and --source-audio (a list of WAV files)")
+        for name in ("reference", "output"):
             if not getattr(self, name):
                 raise SimulmtError(f"--{name} is required")
         self.grid()  # validates --layouts, --policies, --ks and --ns
@@ -132,6 +140,11 @@ class EvaluateOptions:
             raise SimulmtError(f"--ms-per-word must be a positive number, got {self.ms_per_word}")
         language_name(self.source_lang)
         language_name(self.target_lang)
+
+    @property
+    def unit_ms(self) -> float:
+        """ms per source unit of the delays: speech delays are already in ms; text assumes ``ms_per_word``."""
+        return 1.0 if self.source_audio else self.ms_per_word
 
     @property
     def layout_names(self) -> tuple[str, ...]:
@@ -320,6 +333,29 @@ def _read_lines(path: Path, what: str) -> tuple[list[str], str]:
     return [line.strip() for line in lines], hashlib.sha256(data).hexdigest()
 
 
+def read_audio_test_set(audio_list: str | Path, reference: str | Path, lines: int | None = None) -> TestSet:
+    """A list of WAV files (one path per line, relative to the list's folder) and the line-aligned references;
+    every file is checked to exist before anything runs."""
+    list_path, reference_path = Path(audio_list).resolve(), Path(reference).resolve()
+    entries, list_hash = _read_lines(list_path, "audio list")
+    references, reference_hash = _read_lines(reference_path, "reference")
+    if len(entries) != len(references):
+        raise SimulmtError(f"the audio list and the references are not line-aligned: {list_path} has {len(entries)} "
+                           f"lines, {reference_path} has {len(references)}")
+    if not entries:
+        raise SimulmtError(f"the audio list {list_path} is empty")
+    if lines is not None:
+        if lines > len(entries):
+            raise SimulmtError(f"--lines {lines} asks for more lines than the test set has ({len(entries)})")
+        entries, references = entries[:lines], references[:lines]
+    paths = [str((list_path.parent / e).resolve()) for e in entries]
+    missing = [(i, p) for i, p in enumerate(paths, 1) if not Path(p).is_file()]
+    if missing:
+        raise SimulmtError(f"{len(missing)} audio file(s) of {list_path} not found, e.g. line {missing[0][0]}: "
+                           f"{missing[0][1]}")
+    return TestSet(list_path, reference_path, paths, references, list_hash, reference_hash)
+
+
 def read_test_set(source: str | Path, reference: str | Path, lines: int | None = None,
                   max_words: int | None = None) -> TestSet:
     """Line-aligned source and reference (stripped, as SimulEval reads them); the first ``lines`` of each. A source
@@ -355,7 +391,8 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
             "decode": asdict(DecodeConfig()), "simulmt": __version__,
             "source": str(test_set.source_path), "reference": str(test_set.reference_path),
             "source_sha256": test_set.source_sha256, "reference_sha256": test_set.reference_sha256,
-            "lines": len(test_set.sources), "ms_per_word": options.ms_per_word, "batch_size": options.batch_size}
+            "lines": len(test_set.sources), "ms_per_word": options.unit_ms, "batch_size": options.batch_size,
+            **({"source_type": "speech", "speech_model": options.speech_model} if options.source_audio else {})}
 
 
 def _write_json(path: Path, data) -> None:
@@ -441,6 +478,10 @@ def instance_record(index: int, translation: Translation, reference: str) -> dic
               "tokens_fed": translation.tokens_fed, "flops": translation.flops, "wall_ms": translation.wall_ms,
               "forward_calls": translation.forward_calls, "cache_crops": translation.cache_crops,
               "refed_tokens": translation.refed_tokens}
+    if hasattr(translation, "delays_ms"):  # speech: SimulEval's speech log, delays and source length in ms
+        record.update({"delays": translation.delays_ms, "source_length": translation.duration_ms,
+                       "delays_blocks": translation.delays, "encoder_ms": translation.encoder_ms,
+                       "adapter_ms": translation.adapter_ms})
     if translation.error:
         record["error"] = translation.error
     return record
@@ -479,7 +520,8 @@ def translate_run(translator: "Translator", spec: RunSpec, test_set: TestSet, di
     with _Lock(directory):
         check_run_dir(directory, config)
         _write_json(directory / CONFIG, config)
-        (directory / SIMULEVAL_CONFIG).write_text("source_type: text\ntarget_type: text\n", encoding="utf-8")
+        (directory / SIMULEVAL_CONFIG).write_text(f"source_type: {config.get('source_type', 'text')}\n"
+                                                  f"target_type: text\n", encoding="utf-8")
         log = directory / LOG
         records = read_log(log, repair=True, err=err) if log.exists() else []
         bar = None
@@ -522,7 +564,9 @@ def score_instances(instances: list[dict], ms_per_word: float = DEFAULT_MS_PER_S
     references = [ins["reference"] for ins in instances]
     bleu_score, bleu_signature = bleu(hypotheses, references)
     chrf_score, chrf_signature = chrf(hypotheses, references)
-    latency = latency_scores(instances, computation_aware=True, ms_per_source_unit=ms_per_word)
+    speech = "delays_blocks" in instances[0]  # delays in ms of audio: ATD's word-time definition does not apply
+    metrics = [m for m in LATENCY_METRICS if m != "ATD"] if speech else None
+    latency = latency_scores(instances, metrics, computation_aware=True, ms_per_source_unit=ms_per_word)
     return {"BLEU": bleu_score, "chrF": chrf_score, **latency,
             "tokens_fed": mean(ins.get("tokens_fed", 0) for ins in instances),
             "gflops": mean(ins.get("flops", 0.0) for ins in instances) / 1e9,
@@ -571,7 +615,8 @@ def evaluate(translator: "Translator", options: EvaluateOptions, *, progress: bo
     """Translate and score every run of the grid into ``options.output`` (continuing unfinished runs), write the
     grid's results.md, results.json and bleu_laal.png, and return the runs' results (by layout, policy, k or n;
     offline last: the order of ``simulmt score``)."""
-    test_set = read_test_set(options.source, options.reference, options.lines, options.max_words)
+    test_set = (read_audio_test_set(options.source_audio, options.reference, options.lines) if options.source_audio
+                else read_test_set(options.source, options.reference, options.lines, options.max_words))
     output = Path(options.output)
     if output.exists() and not output.is_dir():
         raise SimulmtError(f"--output {output} exists and is not a directory")
@@ -777,12 +822,26 @@ def print_table(results: list[RunResult], file: TextIO | None = None) -> None:
 def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentParser,
                          load_translator: Callable[..., "Translator"]) -> int:
     try:  # the inputs are checked before the model loads
-        read_test_set(options.source, options.reference, options.lines, options.max_words)
+        if options.source_audio:
+            if not options.speech_model:
+                raise SimulmtError("--source-audio needs --speech-model DIR")
+            read_audio_test_set(options.source_audio, options.reference, options.lines)
+        else:
+            read_test_set(options.source, options.reference, options.lines, options.max_words)
     except SimulmtError as exc:
         parser.error(str(exc))
     try:
-        translator = load_translator(model=options.model, adapter=options.adapter, source_lang=options.source_lang,
-                                     target_lang=options.target_lang, device=options.device, dtype=options.dtype)
+        if options.source_audio:
+            import torch
+
+            from simulmt.speech.model import SpeechTranslator
+
+            translator = SpeechTranslator.load(options.speech_model, device=options.device,
+                                               dtype=getattr(torch, options.dtype))
+        else:
+            translator = load_translator(model=options.model, adapter=options.adapter,
+                                         source_lang=options.source_lang, target_lang=options.target_lang,
+                                         device=options.device, dtype=options.dtype)
         results = evaluate(translator, options)
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)

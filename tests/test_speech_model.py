@@ -109,3 +109,37 @@ def test_translate_audio_from_the_command_line(tmp_path, monkeypatch, capsys):
     assert "not found" in capsys.readouterr().err
     assert cli.main(["translate", "--audio", str(wav)]) == 2
     assert "go together" in capsys.readouterr().err
+
+
+def test_evaluate_on_audio_scores_in_ms(tmp_path):
+    """``simulmt evaluate --source-audio LIST``: the grid runs on WAV files; instances.log is SimulEval's speech
+    log (delays and source length in ms of audio), *_CA adds the compute, and a missing file is named at once."""
+    from simulmt.evaluate import EvaluateOptions, evaluate, read_log
+    from simulmt.speech.synth import write_wav
+
+    sp = tiny_speech()
+    names = []
+    for i, seconds in enumerate([1.3, 2.1]):
+        names.append(f"clip{i}.wav")
+        write_wav(tmp_path / names[-1], (audio(seconds, i) * 20000).astype(np.int16), 16000)
+    (tmp_path / "audio.list").write_text("\n".join(names) + "\n")
+    (tmp_path / "ref.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Park.\n")
+    options = EvaluateOptions(source_audio=str(tmp_path / "audio.list"), reference=str(tmp_path / "ref.de"),
+                              output=str(tmp_path / "grid"), layouts="interleaved", ks="1,3", no_offline=True)
+    results = evaluate(sp, options, progress=False)
+    assert [r.spec.name for r in results] == ["interleaved.wait-1", "interleaved.wait-3"]
+    run = tmp_path / "grid" / "interleaved.wait-1"
+    records = read_log(run / "instances.log")
+    assert [r["source_length"] for r in records] == pytest.approx([1300, 2100])
+    assert all(r["delays"] == sorted(r["delays"]) and r["delays"][-1] <= r["source_length"] for r in records)
+    assert all(len(r["delays"]) == len(r["delays_blocks"]) == len(r["prediction"].split()) for r in records)
+    assert "source_type: speech" in (run / "config.yaml").read_text()
+    scores = json.loads((run / "scores.json").read_text())
+    wait3 = json.loads((tmp_path / "grid" / "interleaved.wait-3" / "scores.json").read_text())
+    assert 0 < scores["AL"] < wait3["AL"] < 2100 and scores["AL_CA"] >= scores["AL"]
+    (tmp_path / "bad.list").write_text("clip0.wav\nnope.wav\n")
+    with pytest.raises(SimulmtError, match="not found, e.g. line 2"):
+        evaluate(sp, EvaluateOptions(source_audio=str(tmp_path / "bad.list"), reference=str(tmp_path / "ref.de"),
+                                     output=str(tmp_path / "g2"), layouts="interleaved", ks="1", no_offline=True))
+    with pytest.raises(SimulmtError, match="exactly one of --source"):
+        EvaluateOptions(source="x", source_audio="y", reference="r", output="o")

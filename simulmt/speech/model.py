@@ -101,6 +101,26 @@ class SpeechTranslator:
         """A whole utterance's encoder blocks, exactly those streaming gives (training uses this)."""
         return encode_utterance(audio, self.config, self.encoder, self.extractor)
 
+    @property
+    def name(self) -> str:
+        return f"{self.translator.name}+speech({self.encoder.config.d_model}-dim encoder)"
+
+    def translate_iter(self, paths, batch_size: int = 1, **kwargs):
+        """``Translator.translate_iter`` for WAV files: one utterance at a time, fed as a live stream (so *_CA
+        measures what a live stream costs); a file that fails gives a result with ``error`` set."""
+        from simulmt.speech.translate_audio import read_audio
+
+        layout, policy = kwargs.pop("layout", "interleaved"), kwargs.pop("policy", "wait-k")
+        for path in paths:
+            try:
+                result = self.translate(read_audio(path), layout, policy, **kwargs)
+                result.source = str(path)  # the log names the file (the blocks' times are in the delays)
+                yield result
+            except SimulmtError as exc:
+                yield SpeechTranslation(source=str(path), prediction="", delays=[], elapsed=[], tokens_fed=0,
+                                        flops=0.0, layout=str(layout), policy=str(policy), slot=None,
+                                        error=str(exc))
+
     # ---- streaming -------------------------------------------------------------------------------------------
     def session(self, layout: str = "interleaved", policy: str = "wait-k", **kwargs) -> "SpeechSession":
         return SpeechSession(self, self.translator.session(layout, policy, **kwargs))
