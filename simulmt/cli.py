@@ -97,6 +97,11 @@ class DemoOptions:
     model: str | None = model_field()
     adapter: str = adapter_field()
     k: int = k_field()
+    audio: bool = field(default=False, metadata={
+        "help": "speech instead of text: sentences spoken by espeak-ng (or the shipped sample) stream into the "
+                "speech model given with --speech-model"})
+    speech_model: str | None = field(default=None, metadata={
+        "help": "with --audio: a speech model folder (simulmt finetune-speech's DIR/model)", "metavar": "DIR"})
 
     def __post_init__(self):
         if self.k < 1:
@@ -344,6 +349,23 @@ def _run_translate(options: TranslateOptions, parser: argparse.ArgumentParser) -
     return _translate(options, translator, lines, sys.stdout, sys.stderr, progress)
 
 
+def _run_speech_demo(options: DemoOptions) -> int:
+    if not options.speech_model:
+        print("simulmt demo --audio: give --speech-model DIR, a speech model folder (simulmt finetune-speech's "
+              "DIR/model); no speech model is shipped yet", file=sys.stderr)
+        return 2
+    from simulmt.speech.demo import run_speech_demo
+    from simulmt.speech.model import SpeechTranslator
+
+    try:
+        speech = SpeechTranslator.load(options.speech_model)
+        policy = "learned" if speech.translator.policy_head is not None else "wait-k"
+        return run_speech_demo(speech, policy=policy, k=options.k)
+    except SimulmtError as exc:
+        print(f"simulmt: error: {exc}", file=sys.stderr)
+        return 1
+
+
 def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentParser) -> int:
     if options.audio is None or options.speech_model is None:
         parser.error("--audio WAV and --speech-model DIR go together")
@@ -367,6 +389,8 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
 def _run_demo(options: DemoOptions) -> int:
     from simulmt.demo import run_demo
 
+    if options.audio or options.speech_model:
+        return _run_speech_demo(options)
     model = options.model or DEFAULT_MODEL
     print(f"simulmt demo: loading model {model} (adapter: {options.adapter}) ...", flush=True)
     try:

@@ -143,3 +143,18 @@ def test_evaluate_on_audio_scores_in_ms(tmp_path):
                                      output=str(tmp_path / "g2"), layouts="interleaved", ks="1", no_offline=True))
     with pytest.raises(SimulmtError, match="exactly one of --source"):
         EvaluateOptions(source="x", source_audio="y", reference="r", output="o")
+
+
+def test_the_speech_demo(tmp_path, monkeypatch, capsys):
+    """``simulmt demo --audio --speech-model DIR``: READ lines with audio times, WRITE lines with the word and when
+    it was written; without a speech model, a clear message."""
+    from simulmt import cli
+    from simulmt.speech import model as speech_model
+
+    sp = tiny_speech()
+    monkeypatch.setattr(speech_model.SpeechTranslator, "load", classmethod(lambda cls, folder, **kw: sp))
+    assert cli.main(["demo", "--audio", "--speech-model", str(tmp_path), "--k", "2"]) == 0
+    shown = capsys.readouterr().out
+    assert "READ  audio up to" in shown and "WRITE" in shown and "ms of encoder per audio second" in shown
+    assert cli.main(["demo", "--audio"]) == 2
+    assert "no speech model is shipped yet" in capsys.readouterr().err
