@@ -5,6 +5,7 @@ its blocks (what training sees), batched or not."""
 from __future__ import annotations
 
 import json
+from argparse import Namespace
 
 import numpy as np
 import pytest
@@ -158,3 +159,30 @@ def test_the_speech_demo(tmp_path, monkeypatch, capsys):
     assert "READ  audio up to" in shown and "WRITE" in shown and "ms of encoder per audio second" in shown
     assert cli.main(["demo", "--audio"]) == 2
     assert "no speech model is shipped yet" in capsys.readouterr().err
+
+
+def test_the_simuleval_speech_agent_gives_what_the_session_gives():
+    """SimulEval's speech segments (320 ms of float samples each) through the agent: the words it writes are the
+    speech session's, and each is written no earlier than its block was available."""
+    pytest.importorskip("simuleval", reason="SimulEval 1.1.4 (setup.sh puts it in .simuleval/)")
+    from simuleval.data.segments import SpeechSegment
+
+    from simulmt.speech.simuleval_agent import SimulmtSpeechAgent
+
+    sp = tiny_speech()
+    agent = SimulmtSpeechAgent(Namespace(layout="interleaved", policy="wait-k", k=2), speech=sp)
+    x = audio(2.0)
+    step, written, sent = 16 * 320, [], []
+    for start in range(0, len(x), step):
+        piece = x[start:start + step]
+        finished = start + step >= len(x)
+        out = agent.pushpop(SpeechSegment(content=piece.tolist(), sample_rate=16000, finished=finished))
+        if not out.is_empty:
+            words = out.content.split()
+            written += words
+            sent += [min(len(x), start + step) / 16] * len(words)
+        if finished:
+            break
+    alone = sp.translate(x, "interleaved", WaitK(2))
+    assert " ".join(written) == alone.prediction == agent.translations[0].prediction
+    assert all(s >= d - 1e-6 for s, d in zip(sent, alone.delays_ms))
