@@ -39,7 +39,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import mean
 from typing import TYPE_CHECKING, TextIO
@@ -333,27 +333,34 @@ def _read_lines(path: Path, what: str) -> tuple[list[str], str]:
     return [line.strip() for line in lines], hashlib.sha256(data).hexdigest()
 
 
+def _paired_lines(source: str | Path, reference: str | Path, lines: int | None, what: str) -> TestSet:
+    """Line-aligned ``what`` lines (the source text, or a list of audio files) and references; the first
+    ``lines``."""
+    source_path, reference_path = Path(source).resolve(), Path(reference).resolve()
+    sources, source_hash = _read_lines(source_path, what)
+    references, reference_hash = _read_lines(reference_path, "reference")
+    if len(sources) != len(references):
+        raise SimulmtError(f"{what} and reference are not line-aligned: {source_path} has {len(sources)} lines, "
+                           f"{reference_path} has {len(references)}")
+    if not sources:
+        raise SimulmtError(f"the {what} file {source_path} is empty")
+    if lines is not None:
+        if lines > len(sources):
+            raise SimulmtError(f"--lines {lines} asks for more lines than the test set has ({len(sources)})")
+        sources, references = sources[:lines], references[:lines]
+    return TestSet(source_path, reference_path, sources, references, source_hash, reference_hash)
+
+
 def read_audio_test_set(audio_list: str | Path, reference: str | Path, lines: int | None = None) -> TestSet:
     """A list of WAV files (one path per line, relative to the list's folder) and the line-aligned references;
     every file is checked to exist before anything runs."""
-    list_path, reference_path = Path(audio_list).resolve(), Path(reference).resolve()
-    entries, list_hash = _read_lines(list_path, "audio list")
-    references, reference_hash = _read_lines(reference_path, "reference")
-    if len(entries) != len(references):
-        raise SimulmtError(f"the audio list and the references are not line-aligned: {list_path} has {len(entries)} "
-                           f"lines, {reference_path} has {len(references)}")
-    if not entries:
-        raise SimulmtError(f"the audio list {list_path} is empty")
-    if lines is not None:
-        if lines > len(entries):
-            raise SimulmtError(f"--lines {lines} asks for more lines than the test set has ({len(entries)})")
-        entries, references = entries[:lines], references[:lines]
-    paths = [str((list_path.parent / e).resolve()) for e in entries]
+    test_set = _paired_lines(audio_list, reference, lines, "audio list")
+    paths = [str((test_set.source_path.parent / e).resolve()) for e in test_set.sources]
     missing = [(i, p) for i, p in enumerate(paths, 1) if not Path(p).is_file()]
     if missing:
-        raise SimulmtError(f"{len(missing)} audio file(s) of {list_path} not found, e.g. line {missing[0][0]}: "
-                           f"{missing[0][1]}")
-    return TestSet(list_path, reference_path, paths, references, list_hash, reference_hash)
+        raise SimulmtError(f"{len(missing)} audio file(s) of {test_set.source_path} not found, e.g. line "
+                           f"{missing[0][0]}: {missing[0][1]}")
+    return replace(test_set, sources=paths)
 
 
 def read_test_set(source: str | Path, reference: str | Path, lines: int | None = None,
@@ -361,25 +368,15 @@ def read_test_set(source: str | Path, reference: str | Path, lines: int | None =
     """Line-aligned source and reference (stripped, as SimulEval reads them); the first ``lines`` of each. A source
     line of more than ``max_words`` words is refused at once: evaluation scores one sentence per line, and a talk
     on one line would run for hours before it ran out of context."""
-    source_path, reference_path = Path(source).resolve(), Path(reference).resolve()
-    sources, source_hash = _read_lines(source_path, "source")
-    references, reference_hash = _read_lines(reference_path, "reference")
-    if len(sources) != len(references):
-        raise SimulmtError(f"source and reference are not line-aligned: {source_path} has {len(sources)} lines, "
-                           f"{reference_path} has {len(references)}")
-    if not sources:
-        raise SimulmtError(f"the source file {source_path} is empty")
-    if lines is not None:
-        if lines > len(sources):
-            raise SimulmtError(f"--lines {lines} asks for more lines than the test set has ({len(sources)})")
-        sources, references = sources[:lines], references[:lines]
+    test_set = _paired_lines(source, reference, lines, "source")
+    source_path, sources = test_set.source_path, test_set.sources
     if max_words is not None:
         for number, text in enumerate(sources, 1):
             if len(text.split()) > max_words:
                 raise SimulmtError(f"line {number} of {source_path} has {len(text.split())} words, more than "
                                    f"--max-words {max_words}: evaluation scores one sentence per line (as SimulEval "
                                    f"does); split the line into sentences, or raise --max-words")
-    return TestSet(source_path, reference_path, sources, references, source_hash, reference_hash)
+    return test_set
 
 
 # ---- run directories: config, log, resume ------------------------------------------------------------------------
