@@ -21,6 +21,7 @@ import torch
 from simulmt.core.examples import build_examples
 from simulmt.core.layouts import Interleaved
 from simulmt.core.markers import add_interleaved_markers
+from simulmt.core.placed import embedded_units
 from simulmt.core.policies import Scheduled, WaitK
 from simulmt.parity import forced_tokens
 from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
@@ -91,10 +92,7 @@ def main() -> None:
             blocks = len(speech.encode(clip))  # the count only (not timed: outside the clock below)
             words = target.split()
             delays = [blocks if k is None else min(k + j, blocks) for j in range(len(words))]
-            units, f = [], 0
-            for n in [speech.adapter.output_frames(len(b)) for b in speech.encode(clip)]:
-                units.append(tuple(-1 - i for i in range(f, f + n)))
-                f += n
+            units = embedded_units([speech.adapter.output_frames(len(b)) for b in speech.encode(clip)])
             (example,) = build_examples(Interleaved(), tr.fmt, tr.tokenizer, units, words, delays)
             forced = forced_tokens(example, tr.fmt.end_id)
             t0 = time.perf_counter()

@@ -437,8 +437,8 @@ def _adapter_has_markers(path: Path) -> bool:
     """Was the adapter trained with the interleaved layout's marker tokens (saved in its tokenizer files)?"""
     from simulmt.core.prompt_format import END_OF_READ
 
-    return any(END_OF_READ in f.read_text(encoding="utf-8", errors="replace")
-               for f in (path / "tokenizer_config.json", path / "tokenizer.json") if f.is_file())
+    config = path / "tokenizer_config.json"  # it lists the added tokens (tokenizer.json is ~33 MB for Gemma)
+    return config.is_file() and END_OF_READ in config.read_text(encoding="utf-8", errors="replace")
 
 
 def _load_adapter(model, adapter: str | Path, merge: bool, tokenizer=None):

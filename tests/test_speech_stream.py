@@ -13,6 +13,7 @@ import torch
 from helpers import TARGET, forced_tokens, tiny_interleaved_translator, tiny_translator
 from simulmt.core.examples import IGNORE, build_examples
 from simulmt.core.layouts import Conversation, Expost, Interleaved
+from simulmt.core.placed import embedded_units, embedding_row
 from simulmt.core.policies import Scheduled, WaitK
 from simulmt.errors import SimulmtError
 
@@ -27,11 +28,7 @@ def blocks_for(tr, seed: int = 0, sizes=BLOCKS) -> list[torch.Tensor]:
 
 
 def units_of(blocks) -> list[tuple[int, ...]]:
-    out, f = [], 0
-    for b in blocks:
-        out.append(tuple(-1 - i for i in range(f, f + b.shape[0])))
-        f += b.shape[0]
-    return out
+    return embedded_units([b.shape[0] for b in blocks])
 
 
 def schedule(kind: str) -> list[int]:
@@ -55,7 +52,7 @@ def test_training_forward_equals_streaming_with_embedded_units(arch, layout, kin
     lay = LAYOUTS[layout]()
     (example,) = build_examples(lay, tr.fmt, tr.tokenizer, units_of(blocks), TARGET.split(), delays)
     ids = example.input_ids.tolist()
-    rows = torch.cat(blocks)[[-1 - i for i in ids if i < 0]]
+    rows = torch.cat(blocks)[[embedding_row(i) for i in ids if i < 0]]
     sides = torch.tensor([t.role.target_side for t in example.tokens])
     logits, _ = tr.runner.forward(ids, example.position_ids.tolist(), example.visible(lay), 0, logits_to_keep=0,
                                   target_side=sides, embedded=rows)

@@ -43,6 +43,21 @@ class PlacedToken:
         return PlacedToken(self.token_id, position, self.role, self.unit)
 
 
+def embedded_units(sizes: list[int], first_row: int = 0) -> list[tuple[int, ...]]:
+    """Token ids of source units that carry embeddings instead of vocabulary ids (speech blocks): ``sizes[i]``
+    rows for unit i, and row f of the stream's embeddings is placed as id ``-1 - f`` (``embedding_row``)."""
+    units, row = [], first_row
+    for n in sizes:
+        units.append(tuple(-1 - f for f in range(row, row + n)))
+        row += n
+    return units
+
+
+def embedding_row(token_id: int) -> int:
+    """The row of the stream's embeddings that an embedded token (id < 0) carries."""
+    return -1 - token_id
+
+
 def common_prefix_length(a: list[PlacedToken], b: list[PlacedToken]) -> int:
     """How many leading placed tokens two lists share (same id, position and role).
 

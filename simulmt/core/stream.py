@@ -41,7 +41,7 @@ import torch
 
 from simulmt.errors import SimulmtError
 from simulmt.core.layouts.base import Layout
-from simulmt.core.placed import PlacedToken, common_prefix_length
+from simulmt.core.placed import PlacedToken, common_prefix_length, embedded_units, embedding_row
 from simulmt.core.policies import Action, Policy, StreamState
 from simulmt.core.prompt_format import PromptFormat, source_units
 from simulmt.core.runner import ContextOverflowError
@@ -231,20 +231,20 @@ class Stream:
             raise SimulmtError(f"{len(blocks)} embedded units but {len(labels)} labels")
         if self.t0 is None:
             self.t0 = time.perf_counter()
-        for i, block in enumerate(blocks):
+        for block in blocks:
             if block.dim() != 2 or block.shape[0] == 0:
                 raise SimulmtError(f"an embedded unit is a (frames >= 1, hidden) tensor, got {tuple(block.shape)}")
-            first = len(self.embeddings)
-            self.embeddings += list(block.detach())
-            self.units.append(tuple(-1 - f for f in range(first, first + block.shape[0])))
-            self.source_words.append(labels[i] if labels is not None else f"<unit {len(self.source_words)}>")
+        self.units += embedded_units([b.shape[0] for b in blocks], first_row=len(self.embeddings))
+        self.embeddings += [row for block in blocks for row in block.detach()]
+        self.source_words += labels if labels is not None else [f"<unit {len(self.source_words) + i}>"
+                                                                for i in range(len(blocks))]
         self.stream_finished = finished
         if finished and not self.source_words:
             self.done = True
 
     def embedding_of(self, token_id: int) -> torch.Tensor:
         """The embedding an embedded source token (id < 0) carries."""
-        return self.embeddings[-1 - token_id]
+        return self.embeddings[embedding_row(token_id)]
 
     @property
     def source_finished(self) -> bool:
@@ -315,7 +315,7 @@ class Stream:
         consults = getattr(self.policy, "consults_head", None)  # without it, the features of the last forward
         if self.wants_features and consults is not None and consults(state) and self._logits() is None:
             return None
-        action = self.policy.decide(self.stream_state())
+        action = self.policy.decide(state)
         self._decision = (point, action)
         return action
 

@@ -176,11 +176,14 @@ class SpeechSession:
 
     def delay_ms(self, word: WrittenWord) -> float:
         """Audio time at which the last block read before ``word`` was available."""
-        return self.blocks[word.delay - 1].available_ms if word.delay else 0.0
+        return self._blocks_ms(word.delay)
+
+    def _blocks_ms(self, blocks_read: int) -> float:
+        return self.blocks[blocks_read - 1].available_ms if blocks_read else 0.0
 
     def result(self) -> SpeechTranslation:
         base = self.text.result()
-        delays_ms = [self.blocks[d - 1].available_ms if d else 0.0 for d in base.delays]
+        delays_ms = [self._blocks_ms(d) for d in base.delays]
         compute = self.encoder.compute
         return SpeechTranslation(**asdict(base), delays_ms=delays_ms, duration_ms=compute.audio_ms,
                                  encoder_ms=round(1000 * (compute.encoder_seconds + compute.feature_seconds), 3),

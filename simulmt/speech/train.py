@@ -33,6 +33,8 @@ from tqdm.auto import tqdm
 
 from simulmt.core.examples import IGNORE, build_examples, decision_points
 from simulmt.core.layouts import Interleaved
+from simulmt.core.learned_policy import HEAD_FILE, PolicyHead
+from simulmt.core.placed import embedded_units, embedding_row
 from simulmt.core.prompt_format import build_format, with_interleaved_markers
 from simulmt.errors import SimulmtError
 from simulmt.finetune.schedules import read_n
@@ -95,13 +97,10 @@ def block_delays(word_delays: list[int], word_end_ms: list[float], available_ms:
     return out
 
 
-def speech_example(item: SpeechItem, embeddings: list[torch.Tensor], fmt, tokenizer, stage: str, n: int,
-                   align_text: str):
-    """The laid-out sequence (interleaved) of one utterance, and the embeddings its negative ids take, in order."""
-    units, f = [], 0
-    for e in embeddings:
-        units.append(tuple(-1 - i for i in range(f, f + e.shape[0])))
-        f += e.shape[0]
+def speech_example(item: SpeechItem, embeddings: list[torch.Tensor], stage: str, n: int, align_text: str):
+    """The source units (embedded ids), target words and block delays of one utterance: all blocks then
+    ``align_text`` (align), or read-n word chunks mapped onto blocks (simul, policy)."""
+    units = embedded_units([e.shape[0] for e in embeddings])
     if stage == "align":
         words = align_text.split()
         delays = [len(units)] * len(words)
@@ -151,27 +150,34 @@ def train_speech(options: SpeechTrainOptions, *, translator=None, encoder=None, 
         fmt = translator.fmt
     started, cpu_started = time.perf_counter(), time.process_time()
     card = {"stage": options.stage, "options": asdict(options), "utterances": len(items)}
+    head = None
     if options.stage == "policy":
-        card.update(_fit_policy(options, translator, adapter, items, layout, fmt))
+        fitted, head = _fit_policy(options, translator, adapter, items, layout, fmt)
+        card.update(fitted)
     else:
         card.update(_train_adapter(options, translator, adapter, items, layout, fmt, progress))
     card["seconds"] = round(time.perf_counter() - started, 1)
     card["cpu_seconds"] = round(time.process_time() - cpu_started, 1)
     if not card.get("stopped_by_time_limit"):
-        _save_model(options, adapter, final, card)
+        _save_model(options, adapter, final, head)
     (out / "training.json").write_text(json.dumps(card, indent=2) + "\n")
     return card
 
 
-def _loss(translator, adapter, item: SpeechItem, layout, fmt, options, rng) -> torch.Tensor:
+def _rows(ids: list[int], embeddings: list[torch.Tensor]) -> torch.Tensor:
+    """The embeddings the negative ids of a laid-out sequence carry, in their order."""
+    return torch.cat(embeddings)[[embedding_row(i) for i in ids if i < 0]]
+
+
+def _loss(translator, adapter, item: SpeechItem, layout, fmt, options, rng) -> tuple[torch.Tensor, int]:
+    """(summed cross-entropy of the labelled tokens, their number) of one utterance's sequence."""
     embeddings = [adapter(b) for b in item.blocks]
     text = item.source if options.stage == "align" and options.align_target == "transcript" else item.target
-    units, words, delays = speech_example(item, embeddings, fmt, translator.tokenizer, options.stage,
-                                          rng.choice(options.ns), text)
+    units, words, delays = speech_example(item, embeddings, options.stage, rng.choice(options.ns), text)
     (example,) = build_examples(layout, fmt, translator.tokenizer, units, words, delays)
     runner = translator.runner
     ids = example.input_ids
-    rows = torch.cat(embeddings)[[-1 - i for i in ids.tolist() if i < 0]]
+    rows = _rows(ids.tolist(), embeddings)
     out = runner.decoder(inputs_embeds=runner.embed(ids[None], rows), position_ids=example.position_ids[None],
                          attention_mask=runner.masks(example.visible(layout), 0), use_cache=False)
     labels = torch.tensor(example.labels)
@@ -237,7 +243,7 @@ def _train_adapter(options, translator, adapter, items, layout, fmt, progress) -
             "train_loss": history[-1]["loss"] if history else None}
 
 
-def _fit_policy(options, translator, adapter, items, layout, fmt) -> dict:
+def _fit_policy(options, translator, adapter, items, layout, fmt) -> tuple[dict, PolicyHead]:
     from simulmt.finetune.policy_head import fit_head
 
     rng = random.Random(options.seed)
@@ -245,13 +251,12 @@ def _fit_policy(options, translator, adapter, items, layout, fmt) -> dict:
     with torch.no_grad():
         for item in items:
             embeddings = [adapter(b) for b in item.blocks]
-            units, words, delays = speech_example(item, embeddings, fmt, translator.tokenizer, "simul",
-                                                  rng.choice(options.ns), item.target)
+            units, words, delays = speech_example(item, embeddings, "simul", rng.choice(options.ns), item.target)
             points = decision_points(layout, fmt, translator.tokenizer, units, words, delays)
             if not points.indices:
                 continue
             ex = points.example
-            rows = torch.cat(embeddings)[[-1 - i for i in ex.input_ids.tolist() if i < 0]]
+            rows = _rows(ex.input_ids.tolist(), embeddings)
             states = translator.runner.hidden_states(ex.input_ids.tolist(), ex.position_ids.tolist(),
                                                      ex.visible(layout), embedded=rows)
             hidden.append(states[points.indices])
@@ -260,11 +265,12 @@ def _fit_policy(options, translator, adapter, items, layout, fmt) -> dict:
         raise SimulmtError("no decision points in the corpus (every utterance is one block)")
     head, fit = fit_head(torch.cat(hidden), torch.cat(labels), seed=options.seed,
                          info={"stage": "policy", "unit": f"{options.block_ms} ms block", "n_mix": options.n_mix})
-    adapter.policy_head = head  # saved with the model
-    return {"fit": fit.to_json()}
+    return {"fit": fit.to_json()}, head
 
 
-def _save_model(options: SpeechTrainOptions, adapter: SpeechAdapter, final: Path, card: dict) -> None:
+def _save_model(options: SpeechTrainOptions, adapter: SpeechAdapter, final: Path, head: PolicyHead | None) -> None:
+    """The speech model folder: the adapter, speech.json, and the policy head (this stage's, or the one the
+    starting speech model had)."""
     final.mkdir(parents=True, exist_ok=True)
     adapter.save(final)
     llm_adapter = None if options.adapter is None else str(Path(options.adapter).resolve())
@@ -273,10 +279,7 @@ def _save_model(options: SpeechTrainOptions, adapter: SpeechAdapter, final: Path
                              left_context_ms=options.left_context_ms, source_lang=options.source_lang,
                              target_lang=options.target_lang)
     (final / SPEECH_FILE).write_text(json.dumps(asdict(speech), indent=2) + "\n")
-    head = getattr(adapter, "policy_head", None)
     if head is None and options.speech_adapter is not None:
-        from simulmt.core.learned_policy import HEAD_FILE
-
         previous = Path(options.speech_adapter) / HEAD_FILE
         if previous.is_file():
             (final / HEAD_FILE).write_bytes(previous.read_bytes())
