@@ -232,3 +232,27 @@ def test_evaluate_sweeps_the_threshold(tmp_path):
     with pytest.raises(SimulmtError, match="--taus"):
         EvaluateOptions(source=str(src), reference=str(ref), output=str(tmp_path / "x"), policies="learned",
                         taus="0.5,2")
+
+
+def test_an_adapter_without_markers_continues_as_an_interleaved_adapter(tmp_path):
+    """``--recipe interleaved --init-adapter A`` where A was trained without the markers (e.g. the shipped expost
+    adapter): A's LoRA weights carry over (unchanged at lr 1e-12), the markers are added and trained alongside."""
+    from safetensors.torch import load_file
+
+    model_dir = saved_model_and_pairs(tmp_path, 8)
+    data = ["--train-source", str(tmp_path / "src"), "--train-target", str(tmp_path / "tgt"), "--model",
+            str(model_dir), "--max-steps", "2", "--batch-size", "4", "--grad-accum", "1", "--eval-lines", "0"]
+    assert cli.main(["finetune", *data, "--output", str(tmp_path / "ex"), "--recipe", "expost", "--k", "2",
+                     "--lora-rank", "4", "--lr", "5e-2", "--warmup-steps", "0"]) == 0
+    first = load_file(tmp_path / "ex" / "adapter" / "adapter_model.safetensors")
+    assert cli.main(["finetune", *data, "--output", str(tmp_path / "il"), "--recipe", "interleaved", "--n", "2",
+                     "--init-adapter", str(tmp_path / "ex" / "adapter"), "--lr", "1e-12"]) == 0
+    adapter = tmp_path / "il" / "adapter"
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["trainable_token_indices"]
+    second = load_file(adapter / "adapter_model.safetensors")
+    lora = [k for k in first if "lora_" in k]
+    assert lora and all(torch.allclose(first[k].float(), second[k].float(), atol=1e-7) for k in lora)
+    assert any("trainable_tokens_delta" in k for k in second)
+    tr = Translator.load(str(model_dir), adapter=str(adapter), device="cpu")
+    assert tr.fmt.end_of_read is not None and tr.translate(CORPUS[0], layout="interleaved", policy="read-n", n=2)

@@ -57,6 +57,10 @@ class FinetuneOptions:
         "help": "wait-k with one k drawn per sentence pair from this list, e.g. 1,3,5,7,9 (one model for all k)",
         "metavar": "K,K,..."})
     n: int = field(default=3, metadata={"help": "read-n: source words per chunk"})
+    head_labels: str = field(default="schedule", metadata={
+        "help": "policy-head: where READ/WRITE labels come from: schedule (--policy's chunks) or oracle (write a "
+                "word once the model gets it right from the source read so far; simulmt/finetune/oracle.py)",
+        "choices": ("schedule", "oracle")})
     slot: int = field(default=16, metadata={"help": "expost: slot length in tokens"})
     phi: int = field(default=256, metadata={"help": "gpe: first position id of the target group"})
     # ---- adapter ----

@@ -9,7 +9,9 @@ head can be trained, retrained or swapped without touching the adapter; only the
 forward as streaming (tests/test_learned_policy.py checks that the hidden states are the same).
 
 Which schedule supplies the labels decides what the head learns: ``read-n`` chunks (the default) teach it to write
-after a chunk of n words; a k-mix teaches a spread of waits, and the threshold tau then picks the latency.
+after a chunk of n words; a k-mix teaches a spread of waits, and the threshold tau then picks the latency. With
+``--head-labels oracle`` the model itself supplies them: write a word once the source read so far makes the model
+predict it right (``simulmt.finetune.oracle``), so the head learns when the source suffices, not a word count.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tqdm.auto import tqdm
 from simulmt.core.examples import decision_points
 from simulmt.core.learned_policy import PolicyHead
 from simulmt.core.prompt_format import source_units
+from simulmt.finetune.oracle import correct_matrix, oracle_delays
 from simulmt.errors import SimulmtError
 
 
@@ -46,17 +49,21 @@ class HeadFit:
         return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
-def collect(translator, layout, pairs, schedule, seed: int = 0, progress: bool = False
+def collect(translator, layout, pairs, schedule, seed: int = 0, progress: bool = False, oracle: bool = False
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """(hidden (N, d), labels (N,)) over the decision points of ``pairs`` (objects with .source and .target),
-    each pair laid out along ``schedule.delays`` drawn with a seeded generator."""
+    each pair laid out along ``schedule.delays`` drawn with a seeded generator, or along the model's own oracle
+    delays (``oracle``: simulmt/finetune/oracle.py)."""
     rng = random.Random(seed)
     hidden, labels = [], []
     runner = translator.runner
     for pair in tqdm(pairs, desc="policy head: hidden states", unit="pair", disable=not progress):
         words, target_words = pair.source.split(), pair.target.split()
-        delays, _ = schedule.delays(len(words), len(target_words), rng)
         units = source_units(translator.tokenizer, translator.fmt, words)
+        if oracle:
+            delays = oracle_delays(correct_matrix(translator, layout, units, target_words))
+        else:
+            delays, _ = schedule.delays(len(words), len(target_words), rng)
         points = decision_points(layout, translator.fmt, translator.tokenizer, units, target_words, delays)
         if not points.indices:
             continue
@@ -140,9 +147,10 @@ def train_policy_head(options, recipe, pairs, out, model_name: str, translator=N
                                 target_lang=options.target_lang, name=f"{model_name}+{options.init_adapter}")
     started, cpu_started = time.perf_counter(), time.process_time()
     torch.set_grad_enabled(True)
-    hidden, labels = collect(translator, recipe.layout(), pairs, recipe.schedule, options.seed, progress)
-    info = {"layout": recipe.layout().name, "schedule": recipe.schedule.describe(), "pairs": len(pairs),
-            "adapter": str(options.init_adapter)}
+    oracle = options.head_labels == "oracle"
+    hidden, labels = collect(translator, recipe.layout(), pairs, recipe.schedule, options.seed, progress, oracle)
+    info = {"layout": recipe.layout().name, "labels": "oracle" if oracle else recipe.schedule.describe(),
+            "pairs": len(pairs), "adapter": str(options.init_adapter)}
     head, fit = fit_head(hidden, labels, seed=options.seed, info=info)
     final.mkdir(parents=True, exist_ok=True)
     for f in resolved[1].iterdir():

@@ -264,6 +264,8 @@ def _wrap_model(model, options: FinetuneOptions, model_name: str, new_tokens: tu
             raise SimulmtError(f"--init-adapter {options.init_adapter!r} names no adapter")
         if not (resolved[1] / "adapter_config.json").is_file():
             raise SimulmtError(f"--init-adapter: not a PEFT adapter directory (no adapter_config.json): {resolved[1]}")
+        if new_tokens:  # the markers were added just now: the adapter does not train them; continue it in a LoRA
+            return _continue_with_new_tokens(model, resolved[1], new_tokens)  # of its shape that also does
         try:  # autocast_adapter_dtype: an adapter stored in bfloat16 trains in float32
             return PeftModel.from_pretrained(model, str(resolved[1]), is_trainable=True, autocast_adapter_dtype=True)
         except (ValueError, KeyError, RuntimeError) as exc:
@@ -278,6 +280,38 @@ def _wrap_model(model, options: FinetuneOptions, model_name: str, new_tokens: tu
         return get_peft_model(model, config)
     except ValueError as exc:
         raise SimulmtError(f"LoRA could not be applied with --lora-targets {targets}: {exc}") from exc
+
+
+def _continue_with_new_tokens(model, directory: Path, new_tokens: tuple[int, ...]):
+    """A LoRA adapter trained without the interleaved markers (e.g. the shipped expost adapter), continued with
+    them: a new LoRA of the same rank, alpha, dropout and targets whose ``trainable_token_indices`` are the new
+    rows, with the old adapter's LoRA weights loaded into it (every one must fit; the marker deltas start at 0)."""
+    from peft import LoraConfig, get_peft_model
+    from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    old = json.loads((directory / "adapter_config.json").read_text())
+    if old.get("peft_type") != "LORA":
+        raise SimulmtError(f"--init-adapter {directory}: a {old.get('peft_type')} adapter; only LoRA can be continued "
+                           "with the interleaved markers")
+    weights = directory / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise SimulmtError(f"--init-adapter {directory}: no adapter_model.safetensors")
+    targets = old.get("target_modules")
+    config = LoraConfig(r=old["r"], lora_alpha=old["lora_alpha"], lora_dropout=old.get("lora_dropout", 0.0),
+                        target_modules=targets if isinstance(targets, str) else list(targets),
+                        task_type="CAUSAL_LM", bias=old.get("bias", "none"),
+                        trainable_token_indices=list(new_tokens))
+    wrapped = get_peft_model(model, config)
+    dtype = next(p for p in wrapped.parameters() if p.requires_grad).dtype
+    state = get_peft_model_state_dict(wrapped)  # the new marker deltas (zero), then the old adapter's weights
+    state.update({k: v.to(dtype) for k, v in load_file(str(weights)).items()})
+    result = set_peft_model_state_dict(wrapped, state)
+    missing = [k for k in result.missing_keys if "lora_" in k]
+    if result.unexpected_keys or missing:
+        raise SimulmtError(f"--init-adapter {directory} does not fit a LoRA of its own config: "
+                           f"{len(result.unexpected_keys)} unexpected, {len(missing)} missing LoRA weights")
+    return wrapped
 
 
 def _adapter_card(model, options: FinetuneOptions) -> dict:

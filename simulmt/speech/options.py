@@ -33,6 +33,10 @@ class SpeechTrainOptions:
         "help": "align: what the model writes after the speech", "choices": ("transcript", "translation")})
     n_mix: str = field(default="1,2,3,4", metadata={"help": "simul/policy: read-n chunk sizes in words, one drawn "
                                                             "per utterance", "metavar": "N,N,..."})
+    head_labels: str = field(default="schedule", metadata={
+        "help": "policy: READ/WRITE labels from the --n-mix chunks (schedule) or from the model itself (oracle: write "
+                "a word after the first block from which the model predicts it right; simulmt/finetune/oracle.py)",
+        "choices": ("schedule", "oracle")})
     adapter_hidden: int = field(default=1024, metadata={"help": "channels of the speech adapter's convolutions"})
     steps: int = field(default=200, metadata={"help": "optimizer steps (align, simul)"})
     batch_size: int = field(default=8, metadata={"help": "utterances per step"})
@@ -67,8 +71,6 @@ class SpeechTrainOptions:
         if not ns or min(ns) < 1:
             raise SimulmtError(f"--n-mix takes integers of at least 1, got {self.n_mix!r}")
         return ns
-
-
 
     def _check_blocks(self) -> None:
         if self.block_ms <= 0 or self.block_ms % 40 or self.left_context_ms < 0 or self.left_context_ms % 20:

@@ -9,7 +9,8 @@ policy head. (Stage one, the interleaved text format, is ``simulmt finetune --re
   read-n chunks (n drawn per utterance from ``--n-mix``), mapped onto blocks by the words' end times: target word
   j is written after the first block that holds the end of the last source word it needs. The adapter trains.
 * ``policy``: the READ/WRITE head on the hidden states after each block (``simulmt.finetune.policy_head``),
-  labelled by the same chunk schedule.
+  labelled by the same chunk schedule, or (``--head-labels oracle``) by the model itself: write a word after the
+  first block from which the model predicts it right (``simulmt.finetune.oracle``).
 
 Training and streaming see the same inputs: a corpus utterance is encoded with ``encode_utterance`` (the blocks
 streaming emits), the adapter maps each block alone, and the layout places the embeddings as streaming does
@@ -37,6 +38,7 @@ from simulmt.core.learned_policy import HEAD_FILE, PolicyHead
 from simulmt.core.placed import embedded_units, embedding_row
 from simulmt.core.prompt_format import build_format, with_interleaved_markers
 from simulmt.errors import SimulmtError
+from simulmt.finetune.oracle import correct_matrix, oracle_delays
 from simulmt.finetune.schedules import read_n
 from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
 from simulmt.speech.model import SPEECH_FILE, SpeechModelCard
@@ -252,6 +254,8 @@ def _fit_policy(options, translator, adapter, items, layout, fmt) -> tuple[dict,
         for item in items:
             embeddings = [adapter(b) for b in item.blocks]
             units, words, delays = speech_example(item, embeddings, "simul", rng.choice(options.ns), item.target)
+            if options.head_labels == "oracle":
+                delays = oracle_delays(correct_matrix(translator, layout, units, words, torch.cat(embeddings)))
             points = decision_points(layout, fmt, translator.tokenizer, units, words, delays)
             if not points.indices:
                 continue
@@ -264,7 +268,8 @@ def _fit_policy(options, translator, adapter, items, layout, fmt) -> tuple[dict,
     if not hidden:
         raise SimulmtError("no decision points in the corpus (every utterance is one block)")
     head, fit = fit_head(torch.cat(hidden), torch.cat(labels), seed=options.seed,
-                         info={"stage": "policy", "unit": f"{options.block_ms} ms block", "n_mix": options.n_mix})
+                         info={"stage": "policy", "unit": f"{options.block_ms} ms block",
+                               "labels": "oracle" if options.head_labels == "oracle" else f"read-n {options.n_mix}"})
     return {"fit": fit.to_json()}, head
 
 
