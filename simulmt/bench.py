@@ -90,14 +90,24 @@ class BenchOptions:
         "help": "comma-separated stream counts (e.g. 1,4,16): measure many streams on one model instead (aggregate "
                 "target tokens/s, ms per word p50/p95, KV cache memory, each vs the first count; the first layout "
                 "and policy; give --lines at least 4 x the largest count)", "metavar": "LIST"})
+    audio: str | None = field(default=None, metadata={
+        "help": "speech instead of text: a WAV file or a list of WAV files (one per line); measures RTF, encoder ms "
+                "per audio second and LLM ms per target token, streaming vs offline (--policy wait-k,learned; "
+                "--speech-model)", "metavar": "WAV|LIST"})
+    speech_model: str | None = field(default=None, metadata={
+        "help": "with --audio: a speech model folder (default: the shipped one)", "metavar": "DIR"})
+    tau: float = field(default=0.5, metadata={"help": "with --audio and --policy learned: the policy's threshold"})
     threads: int | None = field(default=None, metadata={
         "help": "torch CPU threads (default: torch's choice); fix it to compare runs on a shared machine"})
     device: str | None = device_field()
     dtype: str = dtype_field()
 
     def __post_init__(self):
+        if self.audio is not None:
+            self._check_speech()
+            return
         if not self.source:
-            raise SimulmtError("--source FILE is required (one source sentence per line)")
+            raise SimulmtError("--source FILE is required (one source sentence per line), or --audio for speech")
         if self.lines < 1:
             raise SimulmtError(f"--lines must be at least 1, got {self.lines}")
         for name in ("k", "n", "slot", "phi"):
@@ -124,6 +134,17 @@ class BenchOptions:
                 raise SimulmtError(f"unknown policy {name!r} in --policy; choose from: wait-k, read-n")
         language_name(self.source_lang)
         language_name(self.target_lang)
+
+    def _check_speech(self) -> None:
+        if self.source or self.streams:
+            raise SimulmtError("--audio measures speech: it takes no --source or --streams")
+        for name in self.policy_names:
+            if name not in ("wait-k", "learned"):
+                raise SimulmtError(f"--audio: policy {name!r}; speech streams with wait-k (over blocks) or learned")
+        if not 0 <= self.tau <= 1:
+            raise SimulmtError(f"--tau must be within 0..1, got {self.tau}")
+        if self.k < 1:
+            raise SimulmtError(f"--k must be at least 1, got {self.k}")
 
     @property
     def stream_counts(self) -> list[int]:
@@ -465,6 +486,8 @@ def run(options: BenchOptions, parser: argparse.ArgumentParser, load_translator:
     import torch
     from tqdm import tqdm
 
+    if options.audio is not None:
+        return _run_speech(options)
     try:
         sentences, numbers = read_sentences(options.source, options.lines)
     except SimulmtError as exc:
@@ -534,4 +557,49 @@ def _run_streams(options: BenchOptions, translator: "Translator", sentences: lis
         path.write_text(json.dumps({"settings": settings, "points": [p.to_json() for p in points]}, indent=2) + "\n",
                         encoding="utf-8")
         print(f"wrote {path}")
+    return 0
+
+
+def _run_speech(options: BenchOptions) -> int:
+    """``--audio``: the speech model streamed over the files (simulmt.speech.bench)."""
+    import torch
+    from tqdm import tqdm
+
+    from simulmt.core.policies import make_policy
+    from simulmt.speech import bench as speech_bench
+    from simulmt.speech.model import SpeechTranslator, default_speech_model
+
+    if options.threads is not None:
+        torch.set_num_threads(options.threads)
+    try:
+        files = speech_bench.audio_files(options.audio)[: options.lines]
+        from simulmt.speech.translate_audio import read_audio
+
+        clips = [(str(f), read_audio(str(f))) for f in files]
+        folder = options.speech_model or default_speech_model()
+        speech = SpeechTranslator.load(folder, device=options.device, dtype=options.dtype)
+        configurations = []
+        for name in options.policy_names:
+            if name == "learned":
+                if speech.translator.policy_head is None:
+                    raise SimulmtError(f"{folder} has no policy head: --policy learned needs one")
+                configurations.append((f"learned tau={options.tau}", make_policy("learned", tau=options.tau,
+                                                                                 head=speech.translator.policy_head),
+                                       {}))
+            else:
+                configurations.append((f"wait-{options.k} (blocks)", make_policy("wait-k", k=options.k), {}))
+        print(f"simulmt bench: {len(clips)} utterances x {1 + len(configurations)} configurations (+ offline "
+              f"replays) on {speech.name}, {torch.get_num_threads()} threads", file=sys.stderr, flush=True)
+        with tqdm(total=len(clips), unit="utterance", file=sys.stderr, dynamic_ncols=True) as bar:
+            bench = speech_bench.speech_benchmark(speech, clips, configurations, progress=bar.update)
+    except SimulmtError as exc:
+        print(f"simulmt: error: {exc}", file=sys.stderr)
+        return 1
+    bench["settings"] = {"model": speech.name, "speech_model": str(folder), "dtype": options.dtype,
+                         "threads": torch.get_num_threads(), "block_ms": speech.config.block_ms,
+                         "device": str(speech.translator.runner.device), "torch": torch.__version__.split("+")[0],
+                         "simulmt": __version__}
+    speech_bench.print_report(bench, sys.stdout)
+    if options.output:
+        print(f"wrote {speech_bench.write_outputs(bench, Path(options.output))}")
     return 0

@@ -186,3 +186,38 @@ def test_the_simuleval_speech_agent_gives_what_the_session_gives():
     alone = sp.translate(x, "interleaved", WaitK(2))
     assert " ".join(written) == alone.prediction == agent.translations[0].prediction
     assert all(s >= d - 1e-6 for s, d in zip(sent, alone.delays_ms))
+
+
+def test_bench_on_audio_measures_rtf_and_streaming_against_offline(tmp_path, monkeypatch, capsys):
+    """``simulmt bench --audio LIST``: offline, wait-k over blocks and the learned policy on the same files, each
+    configuration's output replayed through offline decoding (same output), RTF and ms per token as totals."""
+    from simulmt import cli
+    from simulmt.core.learned_policy import PolicyHead
+    from simulmt.speech import model as speech_model
+    from simulmt.speech.synth import write_wav
+
+    sp = tiny_speech()
+    d = sp.translator.model.config.hidden_size
+    sp.translator.policy_head = PolicyHead(torch.randn(2, d, generator=torch.Generator().manual_seed(1)),
+                                           torch.zeros(2))
+    monkeypatch.setattr(speech_model.SpeechTranslator, "load", classmethod(lambda cls, folder, **kw: sp))
+    for i, seconds in enumerate([1.1, 1.7]):
+        write_wav(tmp_path / f"c{i}.wav", (audio(seconds, i) * 20000).astype(np.int16), 16000)
+    (tmp_path / "a.list").write_text("c0.wav\nc1.wav\n")
+    assert cli.main(["bench", "--audio", str(tmp_path / "a.list"), "--speech-model", str(tmp_path), "--policy",
+                     "wait-k,learned", "--k", "2", "--tau", "0.3", "--output", str(tmp_path / "b")]) == 0
+    shown = capsys.readouterr().out
+    assert "| wait-2 (blocks) |" in shown and "| learned tau=0.3 |" in shown and "| offline |" in shown
+    bench = json.loads((tmp_path / "b" / "bench-speech.json").read_text())
+    results = bench["results"]
+    assert set(results) == {"offline", "wait-2 (blocks)", "learned tau=0.3"}
+    for name, s in results.items():
+        runs = bench["runs"][name]
+        assert s["utterances"] == 2 and s["audio_s"] == pytest.approx(2.8)
+        assert s["rtf"] == pytest.approx(sum(r["wall_ms"] for r in runs) / 1000 / 2.8, rel=1e-3)
+        assert s["target_tokens"] == sum(r["target_tokens"] for r in runs) > 0
+        assert s["same_output"] > 0
+    assert cli.main(["bench", "--audio", str(tmp_path / "a.list"), "--policy", "read-n"]) == 2
+    assert "wait-k (over blocks) or learned" in capsys.readouterr().err
+    assert cli.main(["bench", "--audio", str(tmp_path / "none.wav"), "--speech-model", str(tmp_path)]) == 1
+    assert "not found" in capsys.readouterr().err

@@ -30,6 +30,16 @@ from simulmt.speech.streaming_encoder import (EncodedBlock, StreamingEncoder, St
                                               encode_utterance, utterance_spans)
 
 SPEECH_FILE = "speech.json"
+#: the speech model that ships inside the package (gemma-3-270m En->De; its data card: README.md there)
+SHIPPED_SPEECH_MODEL = Path(__file__).resolve().parent / "models" / "gemma-3-270m-easist-en-de"
+
+
+def default_speech_model() -> Path:
+    """The shipped speech model's folder, or a clear error when this installation lacks it."""
+    if not (SHIPPED_SPEECH_MODEL / SPEECH_FILE).is_file():
+        raise SimulmtError(f"no speech model given and the shipped one is missing ({SHIPPED_SPEECH_MODEL}): pass "
+                           f"--speech-model DIR (simulmt finetune-speech's OUT/model)")
+    return SHIPPED_SPEECH_MODEL
 
 
 @dataclass
@@ -61,6 +71,15 @@ class SpeechModelCard:
         return StreamingEncoderConfig(self.block_ms, self.left_context_ms, self.lookahead_ms)
 
 
+def _adapter_of(folder: Path, adapter: str | None) -> str:
+    """speech.json's LLM adapter: none, a folder (absolute, or relative to the speech model's), or a shipped
+    adapter's name."""
+    if adapter is None:
+        return "none"
+    path = Path(adapter) if Path(adapter).is_absolute() else folder / adapter
+    return str(path) if path.exists() else adapter
+
+
 class SpeechTranslator:
     def __init__(self, translator, encoder, extractor, adapter: SpeechAdapter,
                  config: StreamingEncoderConfig = StreamingEncoderConfig()):
@@ -82,9 +101,7 @@ class SpeechTranslator:
         if not (folder / SPEECH_FILE).is_file():
             raise SimulmtError(f"not a speech model folder (no {SPEECH_FILE}): {folder}")
         card = SpeechModelCard(**json.loads((folder / SPEECH_FILE).read_text()))
-        adapter_dir = None if card.adapter is None else str((folder / card.adapter) if not Path(card.adapter).is_absolute()
-                                                             else Path(card.adapter))
-        translator = Translator.load(card.model, adapter=adapter_dir or "none", source_lang=card.source_lang,
+        translator = Translator.load(card.model, adapter=_adapter_of(folder, card.adapter), source_lang=card.source_lang,
                                      target_lang=card.target_lang, **load_kwargs)
         encoder, extractor = whisper_encoder(card.encoder)
         if (folder / HEAD_FILE).is_file():  # the speech policy head (trained on blocks) replaces a text one
