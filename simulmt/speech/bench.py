@@ -126,7 +126,7 @@ def print_report(bench: dict, out: TextIO) -> None:
     print(f"{len(bench['utterances'])} utterances, {next(iter(bench['results'].values()))['audio_s']:.1f} s of audio; "
           f"{settings['model']}, {settings['dtype']}, {settings['threads']} threads, blocks {settings['block_ms']} ms",
           file=out)
-    print(f"| configuration | RTF | encoder+adapter ms / audio s | LLM ms / target token | vs offline, same output |",
+    print("| configuration | RTF | encoder+adapter ms / audio s | LLM ms / target token | vs offline, same output |",
           file=out)
     print("|---|---:|---:|---:|---:|", file=out)
     for name, s in bench["results"].items():
