@@ -65,10 +65,12 @@ class TranslateOptions:
     jsonl: bool = field(default=False, metadata={
         "help": "write one JSON object per input line (prediction, delays, timings, compute counts)"})
     audio: str | None = field(default=None, metadata={
-        "help": "translate this 16 kHz mono WAV file instead of text, as it plays (needs --speech-model)",
+        "help": "translate this 16 kHz mono WAV file instead of text, as it plays (with --speech-model, or the "
+                "shipped speech model)",
         "metavar": "WAV"})
     speech_model: str | None = field(default=None, metadata={
-        "help": "a speech model folder (simulmt finetune-speech's DIR/model): encoder, speech adapter, LLM",
+        "help": "with --audio: a speech model folder (simulmt finetune-speech's DIR/model): encoder, speech adapter, "
+                "LLM (default: the shipped gemma-3-270m En->De one)",
         "metavar": "DIR"})
     batch_size: int = batch_size_field()
     device: str | None = device_field()
@@ -99,9 +101,10 @@ class DemoOptions:
     k: int = k_field()
     audio: bool = field(default=False, metadata={
         "help": "speech instead of text: sentences spoken by espeak-ng (or the shipped sample) stream into the "
-                "speech model given with --speech-model"})
+                "speech model (--speech-model, or the shipped one)"})
     speech_model: str | None = field(default=None, metadata={
-        "help": "with --audio: a speech model folder (simulmt finetune-speech's DIR/model)", "metavar": "DIR"})
+        "help": "with --audio: a speech model folder (simulmt finetune-speech's DIR/model; default: the shipped one)",
+        "metavar": "DIR"})
 
     def __post_init__(self):
         if self.k < 1:
@@ -350,15 +353,13 @@ def _run_translate(options: TranslateOptions, parser: argparse.ArgumentParser) -
 
 
 def _run_speech_demo(options: DemoOptions) -> int:
-    if not options.speech_model:
-        print("simulmt demo --audio: give --speech-model DIR, a speech model folder (simulmt finetune-speech's "
-              "DIR/model); no speech model is shipped yet", file=sys.stderr)
-        return 2
     from simulmt.speech.demo import run_speech_demo
-    from simulmt.speech.model import SpeechTranslator
+    from simulmt.speech.model import SpeechTranslator, default_speech_model
 
     try:
-        speech = SpeechTranslator.load(options.speech_model)
+        folder = options.speech_model or default_speech_model()
+        print(f"simulmt demo: loading the speech model {folder} ...", flush=True)
+        speech = SpeechTranslator.load(folder)
         policy = "learned" if speech.translator.policy_head is not None else "wait-k"
         return run_speech_demo(speech, policy=policy, k=options.k)
     except SimulmtError as exc:
@@ -367,18 +368,18 @@ def _run_speech_demo(options: DemoOptions) -> int:
 
 
 def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentParser) -> int:
-    if options.audio is None or options.speech_model is None:
-        parser.error("--audio WAV and --speech-model DIR go together")
+    if options.audio is None:
+        parser.error("--speech-model DIR translates speech: give the WAV file with --audio")
     if options.input != "-":
         parser.error("--audio translates a WAV file: give no text input file with it")
     import torch
 
-    from simulmt.speech.model import SpeechTranslator
+    from simulmt.speech.model import SpeechTranslator, default_speech_model
     from simulmt.speech.translate_audio import read_audio, translate_audio
 
     try:
         read_audio(options.audio)  # a bad file fails before the model loads
-        speech = SpeechTranslator.load(options.speech_model, device=options.device,
+        speech = SpeechTranslator.load(options.speech_model or default_speech_model(), device=options.device,
                                        dtype=getattr(torch, options.dtype))
         return translate_audio(speech, options.audio, options.session_kwargs(), options.jsonl)
     except SimulmtError as exc:

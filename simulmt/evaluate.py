@@ -49,6 +49,7 @@ from simulmt.core.layouts import LAYOUTS
 from simulmt.core.policies import POLICIES, make_policy
 from simulmt.core.registry import main_parameter, parameters
 from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT, LATENCY_METRICS, bleu, chrf, latency_scores
+from simulmt.metrics.latency import average_token_delay_ms
 from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, language_field,
                                     model_field, phi_field, slot_field)
 from simulmt.core.prompt_format import language_name
@@ -79,8 +80,8 @@ class EvaluateOptions:
         "help": "source text, one sentence per line (required, unless --source-audio)", "metavar": "FILE"})
     source_audio: str | None = field(default=None, metadata={
         "help": "speech input instead of text: a file listing 16 kHz mono WAV files, one per line (relative to the "
-                "list), line-aligned with --reference; needs --speech-model. Delays and latencies are then in ms of "
-                "audio, and *_CA adds the compute time", "metavar": "LIST"})
+                "list), line-aligned with --reference; with --speech-model (default: the shipped one). Delays and "
+                "latencies are then in ms of audio, and *_CA adds the compute time", "metavar": "LIST"})
     speech_model: str | None = field(default=None, metadata={
         "help": "with --source-audio: a speech model folder (simulmt finetune-speech's DIR/model)", "metavar": "DIR"})
     reference: str | None = field(default=None, metadata={
@@ -389,7 +390,8 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
             "source": str(test_set.source_path), "reference": str(test_set.reference_path),
             "source_sha256": test_set.source_sha256, "reference_sha256": test_set.reference_sha256,
             "lines": len(test_set.sources), "ms_per_word": options.unit_ms, "batch_size": options.batch_size,
-            **({"source_type": "speech", "speech_model": options.speech_model} if options.source_audio else {})}
+            **({"source_type": "speech", "speech_model": options.speech_model or "shipped"} if options.source_audio
+               else {})}
 
 
 def _write_json(path: Path, data) -> None:
@@ -553,6 +555,20 @@ def translate_run(translator: "Translator", spec: RunSpec, test_set: TestSet, di
 
 
 # ---- scores ------------------------------------------------------------------------------------------------------
+def _with_speech_atd(latency: dict[str, float], instances: list[dict]) -> dict[str, float]:
+    """``latency`` with ATD and ATD_CA (ms) of speech instances added, in the order text runs report their metrics.
+
+    Both are SimulEval 1.1.4's speech-input ATD (:func:`~simulmt.metrics.latency.average_token_delay_ms`) on each
+    sentence's ``delays`` (ms of audio), ATD_CA also on its ``elapsed`` (wall ms), averaged over the sentences
+    with a prediction (SimulEval skips empty ones; ``latency_scores`` has already refused a corpus of only those).
+    """
+    scored = [ins for ins in instances if ins["delays"]]
+    latency = {**latency, "ATD": mean(average_token_delay_ms(ins["delays"]) for ins in scored),
+               "ATD_CA": mean(average_token_delay_ms(ins["delays"], ins["elapsed"]) for ins in scored)}
+    order = [*LATENCY_METRICS, *(f"{name}_CA" for name in LATENCY_METRICS)]
+    return {name: latency[name] for name in order if name in latency}
+
+
 def score_instances(instances: list[dict], ms_per_word: float = DEFAULT_MS_PER_SOURCE_UNIT) -> dict:
     """Corpus scores of a run's instances (dicts as in instances.log), with the metrics' signatures."""
     if not instances:
@@ -561,9 +577,11 @@ def score_instances(instances: list[dict], ms_per_word: float = DEFAULT_MS_PER_S
     references = [ins["reference"] for ins in instances]
     bleu_score, bleu_signature = bleu(hypotheses, references)
     chrf_score, chrf_signature = chrf(hypotheses, references)
-    speech = "delays_blocks" in instances[0]  # delays in ms of audio: ATD's word-time definition does not apply
+    speech = "delays_blocks" in instances[0]  # delays in ms of audio: ATD is SimulEval's speech-input ATD
     metrics = [m for m in LATENCY_METRICS if m != "ATD"] if speech else None
     latency = latency_scores(instances, metrics, computation_aware=True, ms_per_source_unit=ms_per_word)
+    if speech:
+        latency = _with_speech_atd(latency, instances)
     return {"BLEU": bleu_score, "chrF": chrf_score, **latency,
             "tokens_fed": mean(ins.get("tokens_fed", 0) for ins in instances),
             "gflops": mean(ins.get("flops", 0.0) for ins in instances) / 1e9,
@@ -820,8 +838,6 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
                          load_translator: Callable[..., "Translator"]) -> int:
     try:  # the inputs are checked before the model loads
         if options.source_audio:
-            if not options.speech_model:
-                raise SimulmtError("--source-audio needs --speech-model DIR")
             read_audio_test_set(options.source_audio, options.reference, options.lines)
         else:
             read_test_set(options.source, options.reference, options.lines, options.max_words)
@@ -831,9 +847,9 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
         if options.source_audio:
             import torch
 
-            from simulmt.speech.model import SpeechTranslator
+            from simulmt.speech.model import SpeechTranslator, default_speech_model
 
-            translator = SpeechTranslator.load(options.speech_model, device=options.device,
+            translator = SpeechTranslator.load(options.speech_model or default_speech_model(), device=options.device,
                                                dtype=getattr(torch, options.dtype))
         else:
             translator = load_translator(model=options.model, adapter=options.adapter,

@@ -108,8 +108,8 @@ def test_translate_audio_from_the_command_line(tmp_path, monkeypatch, capsys):
     assert "16 kHz" in capsys.readouterr().err
     assert cli.main(["translate", "--audio", str(tmp_path / "missing.wav"), "--speech-model", str(tmp_path)]) == 1
     assert "not found" in capsys.readouterr().err
-    assert cli.main(["translate", "--audio", str(wav)]) == 2
-    assert "go together" in capsys.readouterr().err
+    assert cli.main(["translate", "--speech-model", str(tmp_path)]) == 2
+    assert "give the WAV file with --audio" in capsys.readouterr().err
 
 
 def test_evaluate_on_audio_scores_in_ms(tmp_path):
@@ -153,12 +153,19 @@ def test_the_speech_demo(tmp_path, monkeypatch, capsys):
     from simulmt.speech import model as speech_model
 
     sp = tiny_speech()
-    monkeypatch.setattr(speech_model.SpeechTranslator, "load", classmethod(lambda cls, folder, **kw: sp))
+    loaded = []
+    monkeypatch.setattr(speech_model.SpeechTranslator, "load",
+                        classmethod(lambda cls, folder, **kw: loaded.append(folder) or sp))
     assert cli.main(["demo", "--audio", "--speech-model", str(tmp_path), "--k", "2"]) == 0
     shown = capsys.readouterr().out
     assert "READ  audio up to" in shown and "WRITE" in shown and "ms of encoder per audio second" in shown
-    assert cli.main(["demo", "--audio"]) == 2
-    assert "no speech model is shipped yet" in capsys.readouterr().err
+    monkeypatch.setattr(speech_model, "SHIPPED_SPEECH_MODEL", tmp_path / "missing")
+    assert cli.main(["demo", "--audio"]) == 1
+    assert "pass --speech-model DIR" in capsys.readouterr().err
+    monkeypatch.setattr(speech_model, "SHIPPED_SPEECH_MODEL", tmp_path)  # a folder with a speech.json: "shipped"
+    (tmp_path / speech_model.SPEECH_FILE).write_text("{}")
+    assert cli.main(["demo", "--audio"]) == 0
+    assert loaded[-1] == tmp_path
 
 
 def test_the_simuleval_speech_agent_gives_what_the_session_gives():
