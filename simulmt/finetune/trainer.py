@@ -304,13 +304,15 @@ def _continue_with_new_tokens(model, directory: Path, new_tokens: tuple[int, ...
                         trainable_token_indices=list(new_tokens))
     wrapped = get_peft_model(model, config)
     dtype = next(p for p in wrapped.parameters() if p.requires_grad).dtype
-    state = get_peft_model_state_dict(wrapped)  # the new marker deltas (zero), then the old adapter's weights
+    state = {k: v for k, v in get_peft_model_state_dict(wrapped, save_embedding_layers=False).items()
+             if "trainable_tokens" in k}  # the new marker deltas (zero), then the old adapter's weights
     state.update({k: v.to(dtype) for k, v in load_file(str(weights)).items()})
     result = set_peft_model_state_dict(wrapped, state)
     missing = [k for k in result.missing_keys if "lora_" in k]
     if result.unexpected_keys or missing:
         raise SimulmtError(f"--init-adapter {directory} does not fit a LoRA of its own config: "
-                           f"{len(result.unexpected_keys)} unexpected, {len(missing)} missing LoRA weights")
+                           f"{len(result.unexpected_keys)} unexpected (e.g. {result.unexpected_keys[:1]}), "
+                           f"{len(missing)} missing LoRA weights (e.g. {missing[:1]})")
     return wrapped
 
 

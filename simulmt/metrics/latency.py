@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import pairwise
 from statistics import mean
 
 from simulmt.errors import SimulmtError
@@ -170,7 +171,8 @@ def average_token_delay(delays: Sequence[float], source_length: float, reference
 
     Note: SimulEval re-scoring a log (``--score-only``) treats the instances as speech input
     (300 ms source words, 0-length target words), which gives different numbers; this function
-    mirrors the live text-to-text evaluation.
+    mirrors the live text-to-text evaluation.  For speech input (delays in ms) use
+    :func:`average_token_delay_ms`.
     """
     _check(delays, source_length, reference_length)
     previous = 0
@@ -193,6 +195,76 @@ def average_token_delay(delays: Sequence[float], source_length: float, reference
         aligned = min(t - max(0, written_before - read_before), d)
         total += end_time - aligned
     return float(total / len(delays))
+
+
+#: Virtual length in ms of one source word of speech input in SimulEval 1.1.4's ATD (its ``SRC_TOKEN_LEN``).
+SPEECH_ATD_SOURCE_WORD_MS = 300.0
+
+
+def average_token_delay_ms(delays_ms: Sequence[float], elapsed_ms: Sequence[float] | None = None) -> float:
+    r"""Average Token Delay (ATD, Kano et al. 2023, https://arxiv.org/abs/2211.13173) in ms for speech input
+    and text output, exactly as SimulEval 1.1.4 computes ``ATD`` (and, given ``elapsed_ms``, ``ATD_CA``) for a
+    speech-to-text agent, or when it rescores a log (``--score-only``).
+
+    * ``delays_ms[t-1]``: ms of audio read when target word ``t`` was written (SimulEval's ``delays``).
+    * ``elapsed_ms[t-1]``: wall-clock ms from the start of the sentence to the moment word ``t`` was written,
+      cumulative (simulmt's ``elapsed``; SimulEval's own ``elapsed`` is ``delays_ms + elapsed_ms``).  ``None``
+      gives ATD; a list gives the computation-aware ATD_CA.
+
+    SimulEval uses nothing else: neither the source length nor the sizes of the segments actually read.  The
+    source is cut into chunks at the distinct delays ``u_1 < ... < u_C`` (``u_0 = 0``): chunk ``c`` is the audio
+    ``(u_{c-1}, u_c]``, split into virtual source words of 300 ms (:data:`SPEECH_ATD_SOURCE_WORD_MS`), the last
+    one shorter if 300 does not divide ``u_c - u_{c-1}``; ``E_s`` is the end time of source word ``s``
+    (``E_0 = 0``).  Target chunk ``c`` is the words written with delay ``u_c``.  Target words last 0 ms, so word
+    ``t`` ends at
+
+    .. math::
+
+        T_t = \max(D_t, T_{t-1}) + C_t, \qquad T_0 = 0,
+
+    with ``C_t = 0`` for ATD and ``C_t = e_t - e_{t-1}`` (``e_0 = 0``, ``e = elapsed_ms``) for ATD_CA: the
+    compute spent since the previous word.  Word ``t`` in chunk ``c``, with ``X_{<c}`` source words and
+    ``Y_{<c}`` target words in earlier chunks, is aligned with source word
+
+    .. math::
+
+        a(t) = \min\left(t - \max(0, Y_{<c} - X_{<c}),\ X_{\le c}\right), \qquad
+        ATD = \frac{1}{|Y|} \sum_{t=1}^{|Y|} \left( T_t - E_{a(t)} \right).
+
+    Example: delays [640, 640, 1280], no compute.  Source chunks: (0, 640] = words ending at 300, 600, 640;
+    (640, 1280] = 940, 1240, 1280.  Words 1, 2 (chunk 1, X_<1 = Y_<1 = 0) align with source words 1, 2
+    (E = 300, 600); word 3 (chunk 2, X_<2 = 3, Y_<2 = 2) with word min(3 - 0, 6) = 3 (E = 640).
+    ATD = ((640 - 300) + (640 - 600) + (1280 - 640)) / 3 = 340.
+
+    The delays must be non-negative and non-decreasing (SimulEval's chunking assumes it; it always holds for a
+    stream).  An empty prediction raises ``ValueError``: SimulEval skips such sentences.
+    """
+    if len(delays_ms) == 0:
+        raise ValueError("latency is undefined for an empty prediction (no delays); SimulEval skips such sentences")
+    if elapsed_ms is not None and len(elapsed_ms) != len(delays_ms):
+        raise ValueError(f"{len(delays_ms)} delays but {len(elapsed_ms)} elapsed times")
+    if delays_ms[0] < 0 or any(b < a for a, b in pairwise(delays_ms)):
+        raise ValueError(f"ATD needs non-negative, non-decreasing delays, got {list(delays_ms)!r}")
+    source_end = [0.0]  # source_end[s]: end time in ms of virtual source word s (1-based); 0 for s = 0
+    token_delays = []
+    end_time = 0.0  # T_{t-1}
+    wall_before = 0.0  # e_{t-1}
+    chunk_delay = None  # u_c of the current chunk
+    read_before = written_before = 0  # X_<c, Y_<c
+    for t, delay in enumerate(delays_ms, start=1):
+        if delay != chunk_delay:  # a new chunk: the source words of (previous delay, delay]
+            read_before, written_before = len(source_end) - 1, t - 1
+            whole, rest = divmod(delay - (0 if chunk_delay is None else chunk_delay), SPEECH_ATD_SOURCE_WORD_MS)
+            for length in [SPEECH_ATD_SOURCE_WORD_MS] * int(whole) + ([rest] if rest != 0 else []):
+                source_end.append(source_end[-1] + length)
+            chunk_delay = delay
+        compute = 0.0
+        if elapsed_ms is not None:
+            compute, wall_before = elapsed_ms[t - 1] - wall_before, elapsed_ms[t - 1]
+        end_time = max(delay, end_time) + compute
+        aligned = min(t - max(0, written_before - read_before), len(source_end) - 1)
+        token_delays.append(end_time - source_end[aligned])
+    return float(mean(token_delays))
 
 
 def start_offset(delays: Sequence[float], source_length: float, reference_length: int | None = None) -> float:
