@@ -570,7 +570,10 @@ def _with_speech_atd(latency: dict[str, float], instances: list[dict]) -> dict[s
 
 
 def score_instances(instances: list[dict], ms_per_word: float = DEFAULT_MS_PER_SOURCE_UNIT) -> dict:
-    """Corpus scores of a run's instances (dicts as in instances.log), with the metrics' signatures."""
+    """Corpus scores of a run's instances (dicts as in instances.log), with the metrics' signatures.
+
+    Speech instances (``delays_blocks`` logged; delays in ms of audio) also get ATD and ATD_CA in ms, SimulEval
+    1.1.4's ATD for speech input (:func:`_with_speech_atd`); text instances get ATD in words and no ATD_CA."""
     if not instances:
         raise SimulmtError("no finished sentences to score")
     hypotheses = [ins["prediction"] for ins in instances]
