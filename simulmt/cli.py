@@ -481,7 +481,10 @@ def _commands() -> dict[str, Command]:
             "fine-tune a model for simultaneous translation (policy-consistent, ExPosST §2.3; LoRA by default)",
             "Fine-tune a causal LM on sentence pairs laid out as the streaming engine will see them (recipe = layout "
             "+ schedule), save DIR/adapter and DIR/training.json, and evaluate on a dev subset with the streaming "
-            "engine. Built on the Hugging Face Trainer: accelerate launch / torchrun / --deepspeed work."),
+            "engine. Built on the Hugging Face Trainer: accelerate launch / torchrun / --deepspeed work. EASiST's "
+            "speech stages are the recipes speech-align, speech-simul and speech-policy, with the options of "
+            "`simulmt finetune-speech` (a speech corpus instead of text pairs): `simulmt finetune --recipe "
+            "speech-align --corpus manifest.jsonl --adapter DIR` is `simulmt finetune-speech --stage align ...`."),
         "finetune-speech": Command(
             SpeechTrainOptions, lambda options, sub: _run_finetune_speech(options),
             "EASiST's speech stages on a frozen LLM: align the speech adapter, fine-tune it on interleaved chunks, fit "
@@ -515,10 +518,26 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     return parser, subparsers
 
 
+#: EASiST's speech stages as finetune recipes: ``finetune --recipe speech-align ...`` is ``finetune-speech --stage
+#: align ...`` (they take finetune-speech's options: a speech corpus, not text pairs)
+SPEECH_RECIPES = {"speech-align": "align", "speech-simul": "simul", "speech-policy": "policy"}
+
+
+def _route_speech_recipe(argv: list[str]) -> list[str]:
+    if not argv or argv[0] != "finetune":
+        return argv
+    for i, arg in enumerate(argv):
+        if arg == "--recipe" and i + 1 < len(argv) and argv[i + 1] in SPEECH_RECIPES:
+            return ["finetune-speech", "--stage", SPEECH_RECIPES[argv[i + 1]], *argv[1:i], *argv[i + 2:]]
+        if arg.startswith("--recipe=") and arg.split("=", 1)[1] in SPEECH_RECIPES:
+            return ["finetune-speech", "--stage", SPEECH_RECIPES[arg.split("=", 1)[1]], *argv[1:i], *argv[i + 1:]]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
     parser, subparsers = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(_route_speech_recipe(list(sys.argv[1:] if argv is None else argv)))
         command, sub = _commands()[args.command], subparsers[args.command]
         try:
             options = dataclass_from_namespace(command.options, args)

@@ -111,3 +111,24 @@ def test_a_cut_run_resumes_to_the_same_result(corpus, parts, tmp_path):
         train_speech(options(corpus, tmp_path / "whole"), progress=False, **parts)
     with pytest.raises(SimulmtError, match="--speech-adapter"):
         options(corpus, tmp_path / "x", stage="simul")
+
+
+def test_the_speech_stages_are_finetune_recipes(monkeypatch, tmp_path, capsys):
+    """``simulmt finetune --recipe speech-align|speech-simul|speech-policy`` runs finetune-speech's stage with the
+    same options; a text recipe is untouched."""
+    from simulmt import cli
+    from simulmt.speech import train as speech_train
+
+    seen = []
+    monkeypatch.setattr(speech_train, "train_speech", lambda o: seen.append(o) or {"stage": o.stage})
+    m = str(tmp_path / "manifest.jsonl")
+    assert cli.main(["finetune", "--recipe", "speech-align", "--corpus", m, "--steps", "7"]) == 0
+    assert cli.main(["finetune", "--corpus", m, "--recipe=speech-simul", "--speech-adapter", "A"]) == 0
+    assert cli.main(["finetune", "--recipe", "speech-policy", "--corpus", m, "--speech-adapter", "A",
+                     "--head-labels", "oracle"]) == 0
+    assert [(o.stage, o.corpus) for o in seen] == [("align", m), ("simul", m), ("policy", m)]
+    assert seen[0].steps == 7 and seen[1].speech_adapter == "A" and seen[2].head_labels == "oracle"
+    capsys.readouterr()
+    assert cli.main(["finetune", "--recipe", "speech-simul", "--corpus", m]) == 2  # simul needs --speech-adapter
+    assert "--speech-adapter" in capsys.readouterr().err
+    assert cli._route_speech_recipe(["finetune", "--recipe", "expost"]) == ["finetune", "--recipe", "expost"]
