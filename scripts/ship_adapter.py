@@ -4,7 +4,8 @@
 
 Writes ``simulmt/adapters/NAME/``: ``adapter_config.json`` (base model set to the packaged short name),
 ``adapter_model.safetensors`` with the weights in bfloat16 (half the size; the LoRA layers are cast back to the
-model's dtype on load) and ``training.json`` (the run's own record: command options, data, steps, time, dev
+model's dtype on load; added tokens' rows stay float32), the marker tokens' ``tokenizer_config.json`` and the
+``policy_head.safetensors`` when the adapter has them, and ``training.json`` (the run's own record: command options, data, steps, time, dev
 scores). The data card ``README.md`` is written by hand from ``training.json`` and the evaluation runs.
 """
 
@@ -21,6 +22,10 @@ from safetensors.torch import load_file, save_file
 from simulmt.adapters import SHIPPED
 
 ROOT = Path(__file__).resolve().parents[1]
+#: small files an adapter may carry besides its weights: the tokenizer config that names added marker tokens
+#: (``--recipe interleaved``; not tokenizer.json, 33 MB for Gemma, rebuilt from the base model on load) and a
+#: policy head (``--recipe policy-head``)
+EXTRA_FILES = ("tokenizer_config.json", "policy_head.safetensors")
 
 
 def ship(run: Path, name: str) -> Path:
@@ -35,8 +40,11 @@ def ship(run: Path, name: str) -> Path:
     config["base_model_name_or_path"] = SHIPPED[name]
     (target / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
     weights = load_file(str(adapter / "adapter_model.safetensors"))
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()},
+    save_file({k: (v if "trainable_tokens" in k else v.to(torch.bfloat16)).contiguous() for k, v in weights.items()},
               str(target / "adapter_model.safetensors"), metadata={"format": "pt"})
+    for extra in EXTRA_FILES:  # the interleaved markers' tokenizer config, a policy head
+        if (adapter / extra).is_file():
+            shutil.copyfile(adapter / extra, target / extra)
     if (run / "training.json").is_file():  # written after the evaluation at the end of the run
         shutil.copyfile(run / "training.json", target / "training.json")
     return target

@@ -23,6 +23,20 @@ def without_simuleval(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture(scope="module")
+def simuleval():
+    """SimulEval 1.1.4's instances and latency scorers (``scorers["AL"]`` ...), for cross-checks."""
+    import types
+
+    try:
+        from simuleval.evaluator import instance
+        from simuleval.evaluator.scorers import latency_scorer
+    except Exception as exc:  # not installed (setup.sh puts it in .simuleval/, apart from the venv it would break)
+        without_simuleval(f"simuleval is not importable ({type(exc).__name__}: {exc}); run setup.sh, which installs "
+                          "SimulEval 1.1.4 into .simuleval/")
+    return types.SimpleNamespace(instance=instance, scorers=latency_scorer.LATENCY_SCORERS_DICT)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_thread():
     """Tiny models gain nothing from threads, and lose much when other processes share the CPUs."""

@@ -13,7 +13,6 @@ import types
 
 import pytest
 
-from conftest import without_simuleval
 from simulmt.errors import SimulmtError
 from simulmt.metrics import (
     LATENCY_METRICS,
@@ -248,17 +247,6 @@ def test_comet_needs_a_local_model(monkeypatch):
 
 
 # --- cross-check with SimulEval 1.1.4 --------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def simuleval():
-    try:
-        from simuleval.evaluator import instance
-        from simuleval.evaluator.scorers import latency_scorer
-    except Exception as exc:  # not installed (setup.sh puts it in .simuleval/, apart from the venv it would break)
-        without_simuleval(f"simuleval is not importable ({type(exc).__name__}: {exc}); run setup.sh, which installs "
-                          "SimulEval 1.1.4 into .simuleval/")
-    return types.SimpleNamespace(instance=instance, scorers=latency_scorer.LATENCY_SCORERS_DICT)
-
 
 def _sev_text_instance(sev, index, ins):
     t2t = sev.instance.TextToTextInstance(index, None, None)

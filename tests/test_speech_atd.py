@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import json
 import random
-import types
 from statistics import mean
 
-import numpy as np
 import pytest
-from conftest import without_simuleval
 from pytest import approx
 
 from simulmt.evaluate import score_instances
@@ -79,17 +76,6 @@ def test_refusals():
 
 # --- SimulEval 1.1.4's own scorer ----------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def simuleval():
-    try:
-        from simuleval.evaluator import instance
-        from simuleval.evaluator.scorers import latency_scorer
-    except Exception as exc:  # not installed (setup.sh puts it in .simuleval/, apart from the venv it would break)
-        without_simuleval(f"simuleval is not importable ({type(exc).__name__}: {exc}); run setup.sh, which installs "
-                          "SimulEval 1.1.4 into .simuleval/")
-    return types.SimpleNamespace(instance=instance, ATD=latency_scorer.LATENCY_SCORERS_DICT["ATD"])
-
-
 def _speech_instance(rng: random.Random, index: int) -> dict:
     """A speech instance as simulmt logs it: blocks of ``block_ms`` (the last one shorter), delays in ms at block
     ends (+2.5 ms, as available_ms, or not), several words per block or none, wall ms rising."""
@@ -142,9 +128,9 @@ def test_sentences_equal_simulevals_atd(simuleval):
         for build in (_simuleval_log, _simuleval_live):
             sev = {0: build(simuleval, ins)}
             assert average_token_delay_ms(ins["delays"]) == approx(
-                simuleval.ATD(computation_aware=False)(sev), rel=1e-12, abs=1e-9), ins
+                simuleval.scorers["ATD"](computation_aware=False)(sev), rel=1e-12, abs=1e-9), ins
             assert average_token_delay_ms(ins["delays"], ins["elapsed"]) == approx(
-                simuleval.ATD(computation_aware=True)(sev), rel=1e-12, abs=1e-6), ins
+                simuleval.scorers["ATD"](computation_aware=True)(sev), rel=1e-12, abs=1e-6), ins
         checked += 1
     assert checked > 200
 
@@ -160,8 +146,8 @@ def test_score_instances_reports_simulevals_corpus_atd(simuleval):
             continue
         scores = score_instances(corpus, ms_per_word=1.0)
         sev = {i: _simuleval_log(simuleval, ins) for i, ins in enumerate(corpus)}
-        assert scores["ATD"] == approx(simuleval.ATD(computation_aware=False)(sev), rel=1e-12, abs=1e-9)
-        assert scores["ATD_CA"] == approx(simuleval.ATD(computation_aware=True)(sev), rel=1e-12, abs=1e-6)
+        assert scores["ATD"] == approx(simuleval.scorers["ATD"](computation_aware=False)(sev), rel=1e-12, abs=1e-9)
+        assert scores["ATD_CA"] == approx(simuleval.scorers["ATD"](computation_aware=True)(sev), rel=1e-12, abs=1e-6)
         names = [k for k in scores if k.split("_")[0] in ("AL", "LAAL", "AP", "DAL", "ATD", "StartOffset",
                                                           "EndOffset")]
         assert names == ["AL", "LAAL", "AP", "DAL", "ATD", "StartOffset", "EndOffset", "AL_CA", "LAAL_CA", "AP_CA",
@@ -179,17 +165,11 @@ def test_text_instances_keep_word_atd_and_no_atd_ca():
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_evaluate_on_audio_reports_atd_in_ms(tmp_path):
-    from test_speech_model import audio, tiny_speech
+    from test_speech_model import tiny_speech, write_audio_set
 
     from simulmt.evaluate import EvaluateOptions, evaluate, read_log, table_rows
-    from simulmt.speech.synth import write_wav
 
-    names = []
-    for i, seconds in enumerate([1.3, 2.1]):
-        names.append(f"clip{i}.wav")
-        write_wav(tmp_path / names[-1], (audio(seconds, i) * 20000).astype(np.int16), 16000)
-    (tmp_path / "audio.list").write_text("\n".join(names) + "\n")
-    (tmp_path / "ref.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Park.\n")
+    write_audio_set(tmp_path)
     options = EvaluateOptions(source_audio=str(tmp_path / "audio.list"), reference=str(tmp_path / "ref.de"),
                               output=str(tmp_path / "grid"), layouts="interleaved", ks="2", no_offline=True)
     [result] = evaluate(tiny_speech(), options, progress=False)

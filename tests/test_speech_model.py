@@ -82,6 +82,18 @@ def test_mismatched_parts_are_refused():
         SpeechTranslator.load("/nonexistent")
 
 
+def write_audio_set(folder, seconds=(1.3, 2.1)):
+    """WAV files of ``seconds``, their list ``audio.list`` and two references ``ref.de``, in ``folder``."""
+    from simulmt.speech.synth import write_wav
+
+    names = []
+    for i, s in enumerate(seconds):
+        names.append(f"clip{i}.wav")
+        write_wav(folder / names[-1], (audio(s, i) * 20000).astype(np.int16), 16000)
+    (folder / "audio.list").write_text("\n".join(names) + "\n")
+    (folder / "ref.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Park.\n")
+
+
 def test_translate_audio_from_the_command_line(tmp_path, monkeypatch, capsys):
     """``simulmt translate --audio WAV --speech-model DIR``: words with their audio time, or one JSON object; bad
     files and missing options are clear errors."""
@@ -116,15 +128,9 @@ def test_evaluate_on_audio_scores_in_ms(tmp_path):
     """``simulmt evaluate --source-audio LIST``: the grid runs on WAV files; instances.log is SimulEval's speech
     log (delays and source length in ms of audio), *_CA adds the compute, and a missing file is named at once."""
     from simulmt.evaluate import EvaluateOptions, evaluate, read_log
-    from simulmt.speech.synth import write_wav
 
     sp = tiny_speech()
-    names = []
-    for i, seconds in enumerate([1.3, 2.1]):
-        names.append(f"clip{i}.wav")
-        write_wav(tmp_path / names[-1], (audio(seconds, i) * 20000).astype(np.int16), 16000)
-    (tmp_path / "audio.list").write_text("\n".join(names) + "\n")
-    (tmp_path / "ref.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Park.\n")
+    write_audio_set(tmp_path)
     options = EvaluateOptions(source_audio=str(tmp_path / "audio.list"), reference=str(tmp_path / "ref.de"),
                               output=str(tmp_path / "grid"), layouts="interleaved", ks="1,3", no_offline=True)
     results = evaluate(sp, options, progress=False)

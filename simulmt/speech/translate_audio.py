@@ -37,7 +37,8 @@ def read_audio(path: str) -> np.ndarray:
     return samples
 
 
-def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: TextIO = sys.stdout) -> int:
+def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: TextIO | None = None) -> int:
+    out = out or sys.stdout  # looked up now: a default bound at import would keep a replaced stdout
     audio = read_audio(path)
     session = speech.session(**session_kwargs)
     step = 16 * speech.config.block_ms
