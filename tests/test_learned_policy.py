@@ -256,3 +256,29 @@ def test_an_adapter_without_markers_continues_as_an_interleaved_adapter(tmp_path
     assert any("trainable_tokens_delta" in k for k in second)
     tr = Translator.load(str(model_dir), adapter=str(adapter), device="cpu")
     assert tr.fmt.end_of_read is not None and tr.translate(CORPUS[0], layout="interleaved", policy="read-n", n=2)
+
+
+def test_the_marker_rows_train_at_their_own_rate(tmp_path):
+    """The added markers' rows (peft's trainable tokens) are one optimizer group at ``marker_lr`` without weight
+    decay; every other trainable parameter keeps the run's rate."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import TrainingArguments
+
+    from simulmt.core.markers import add_interleaved_markers
+    from simulmt.finetune.trainer import SimulTrainer
+
+    tok = make_tokenizer(chat=True)
+    model = make_model("llama", len(tok))
+    ids = add_interleaved_markers(model, tok)
+    model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"], trainable_token_indices=list(ids)))
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, weight_decay=0.1, report_to=[])
+    optimizer = SimulTrainer(model=model, args=args, marker_lr=3e-2).create_optimizer()
+    names = {id(p): n for n, p in model.named_parameters()}
+    marker_groups = [g for g in optimizer.param_groups if any("trainable_tokens" in names[id(p)] for p in g["params"])]
+    assert len(marker_groups) == 1 and marker_groups[0]["lr"] == 3e-2 and marker_groups[0]["weight_decay"] == 0
+    assert all("trainable_tokens" in names[id(p)] for p in marker_groups[0]["params"])
+    others = [g for g in optimizer.param_groups if g is not marker_groups[0]]
+    assert all(g["lr"] == 1e-4 for g in others)
+    trained = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    assert trained == {id(p) for p in model.parameters() if p.requires_grad}  # nothing lost, nothing twice
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(trained)

@@ -77,6 +77,9 @@ class FinetuneOptions:
     # ---- optimisation ----
     lr: float | None = field(default=None, metadata={
         "help": "peak learning rate (default: 2e-4 with LoRA, as in the paper; 1e-5 with --full)"})
+    marker_lr: float = field(default=5e-3, metadata={
+        "help": "interleaved: learning rate of the two added marker tokens' rows (they start near zero and must "
+                "grow to the scale of real rows; the LoRA's rate leaves <|end-of-write|> unlikely)"})
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay"})
     warmup_steps: int | None = field(default=None, metadata={
         "help": "linear warmup before the inverse-sqrt decay (default: the paper's 500, at most a tenth of the run)"})
@@ -149,6 +152,8 @@ class FinetuneOptions:
             raise SimulmtError(f"--max-length must be at least 16, got {self.max_length}")
         if self.lr is not None and self.lr <= 0:
             raise SimulmtError(f"--lr must be positive, got {self.lr}")
+        if self.marker_lr <= 0:
+            raise SimulmtError(f"--marker-lr must be positive, got {self.marker_lr}")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise SimulmtError(f"--max-minutes must be positive, got {self.max_minutes}")
         if self.epochs <= 0:
