@@ -42,11 +42,14 @@ def test_the_delay_rule_by_hand():
         [ok, ok, ok, no, ok],
         [ok, ok, ok, no, ok],
     ])
-    # word 1 right from prefix 1; word 2 from 2; word 3 from 4 (wrong at 3); word 4 never -> 5;
-    # word 5 from 4, but delays do not decrease -> 5
-    assert oracle_delays(correct) == [1, 2, 4, 5, 5]
+    # word 1 right from prefix 1; word 2 from 2; word 3 from 4 (wrong at 3); word 4 never right: it keeps word 3's
+    # delay (4) instead of holding the rest back; word 5 right from 4
+    assert oracle_delays(correct) == [1, 2, 4, 4, 4]
+    correct[3:, 4] = True
+    correct[:, 4] = torch.tensor([False, False, False, False, True])
+    assert oracle_delays(correct) == [1, 2, 4, 4, 5]  # word 5 right only with the whole source
     assert oracle_delays(torch.ones(3, 2, dtype=torch.bool)) == [1, 1]
-    assert oracle_delays(torch.zeros(3, 2, dtype=torch.bool)) == [3, 3]
+    assert oracle_delays(torch.zeros(3, 2, dtype=torch.bool)) == [1, 1]  # nothing to wait for
 
 
 def test_collect_labels_the_decision_points_with_the_oracle_delays(monkeypatch):

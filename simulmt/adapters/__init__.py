@@ -25,8 +25,9 @@ AUTO, NONE = "auto", "none"
 _HERE = Path(__file__).resolve().parent
 
 # shipped adapter name -> the packaged model it was trained on
-SHIPPED: dict[str, str] = {
+SHIPPED: dict[str, str] = {  # the first one of a model is its default
     "gemma-3-270m-expost-kmix-en-de": "gemma-3-270m",
+    "gemma-3-270m-interleaved-en-de": "gemma-3-270m",  # EASiST's text stage + policy head; the speech model's LLM
 }
 
 

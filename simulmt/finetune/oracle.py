@@ -5,7 +5,8 @@ words too. EASiST labels semantically aligned chunks that a large LLM cut, which
 oracle asks the translation model instead (the model-based oracle of adaptive simultaneous MT, as in Zheng et al.
 2019): for each source prefix of i units, one teacher-forced pass over the whole reference target tells, for every
 target word j, whether the model's greedy choice of the word's first token is the reference's. Word j's oracle delay is the shortest prefix from which that holds for
-every longer prefix as well (the whole source when it never holds), made non-decreasing::
+every longer prefix as well, made non-decreasing; a word that is wrong even from the whole source keeps the
+previous word's delay::
 
     i \\ j      Ein  Mann  fährt  Fahrrad
     1 (A)       ok    -      -      -
@@ -88,17 +89,18 @@ def first_token_logits(translator, layout: Layout, units: list[tuple[int, ...]],
 
 
 def oracle_delays(correct: torch.Tensor) -> list[int]:
-    """Word delays from a ``correct_matrix``: for word j the first prefix from which it stays right (else the
-    whole source), non-decreasing, at least 1."""
+    """Word delays from a ``correct_matrix``: for word j the first prefix from which it stays right, non-decreasing,
+    at least 1. A word the model gets wrong even from the whole source (a paraphrase, a rare word) says nothing
+    about when the source suffices: it takes the previous word's delay instead of holding every later word back
+    to the end of the source."""
     n, m = correct.shape
     delays, floor = [], 1
     for j in range(m):
         column = correct[:, j].tolist()
-        d = n
-        while d > 1 and column[d - 2]:  # extend back while the shorter prefix is right too
-            d -= 1
-        if not column[n - 1]:
+        if column[n - 1]:
             d = n
-        floor = max(floor, d)
+            while d > 1 and column[d - 2]:  # extend back while the shorter prefix is right too
+                d -= 1
+            floor = max(floor, d)
         delays.append(floor)
     return delays

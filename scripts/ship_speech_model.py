@@ -1,0 +1,58 @@
+"""Copy a trained speech model (``simulmt finetune --recipe speech-policy``'s OUT/model) into the package.
+
+    python scripts/ship_speech_model.py RUN_DIR LLM_ADAPTER_NAME [--stage-runs ALIGN_DIR SIMUL_DIR]
+
+Writes ``simulmt/speech/models/gemma-3-270m-easist-en-de/``: ``speech.json`` naming the packaged LLM and the shipped
+LLM adapter (``LLM_ADAPTER_NAME``, a key of ``simulmt.adapters.SHIPPED``) instead of the run's paths, the speech
+adapter (weights in bfloat16: half the size; cast back to float32 on load), the policy head, and each stage's
+``training.json`` (``training-align.json``, ``training-simul.json``, ``training-policy.json``). The data card
+``README.md`` is written by hand from those records and the evaluation runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from simulmt.adapters import SHIPPED
+from simulmt.core.learned_policy import HEAD_FILE
+from simulmt.speech.adapter import ADAPTER_FILE, CONFIG_FILE
+from simulmt.speech.model import SHIPPED_SPEECH_MODEL, SPEECH_FILE
+
+
+def ship(run: Path, llm_adapter: str, stage_runs: dict[str, Path]) -> Path:
+    if llm_adapter not in SHIPPED:
+        raise SystemExit(f"{llm_adapter!r} is not a shipped LLM adapter ({', '.join(SHIPPED)})")
+    model = run / "model"
+    if not (model / SPEECH_FILE).is_file():
+        raise SystemExit(f"no speech model in {model} (is the run finished?)")
+    target = SHIPPED_SPEECH_MODEL
+    target.mkdir(parents=True, exist_ok=True)
+    card = json.loads((model / SPEECH_FILE).read_text())
+    card.update(model=SHIPPED[llm_adapter], adapter=llm_adapter)
+    (target / SPEECH_FILE).write_text(json.dumps(card, indent=2) + "\n")
+    shutil.copyfile(model / CONFIG_FILE, target / CONFIG_FILE)
+    weights = load_file(str(model / ADAPTER_FILE))
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()}, str(target / ADAPTER_FILE))
+    if (model / HEAD_FILE).is_file():
+        shutil.copyfile(model / HEAD_FILE, target / HEAD_FILE)
+    for stage, directory in {**stage_runs, "policy": run}.items():
+        if (directory / "training.json").is_file():
+            shutil.copyfile(directory / "training.json", target / f"training-{stage}.json")
+    return target
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="the speech-policy run directory (holds model/ and training.json)")
+    parser.add_argument("llm_adapter", help="the shipped LLM adapter the speech model runs on")
+    parser.add_argument("--stage-runs", nargs=2, type=Path, metavar=("ALIGN_DIR", "SIMUL_DIR"),
+                        help="the align and simul runs, whose training.json records are copied too")
+    args = parser.parse_args()
+    stages = dict(zip(("align", "simul"), args.stage_runs)) if args.stage_runs else {}
+    print(ship(args.run, args.llm_adapter, stages))
