@@ -158,7 +158,7 @@ def train_policy_head(options, recipe, pairs, out, model_name: str, translator=N
             shutil.copy2(f, final / f.name)
     head.save(final)
     card = {"simulmt_version": __version__, "command": options.command_line(), "model": model_name,
-            "recipe": recipe.describe(), "serve_with": recipe.inference(), "policy_head": info, "fit": fit.to_json(),
+            "recipe": "policy-head (oracle labels)" if oracle else recipe.describe(), "serve_with": recipe.inference(), "policy_head": info, "fit": fit.to_json(),
             "seconds": round(time.perf_counter() - started, 1),
             "cpu_seconds": round(time.process_time() - cpu_started, 1), "saved": str(final)}
     (Path(out) / "training.json").write_text(json.dumps(card, indent=2) + "\n")
