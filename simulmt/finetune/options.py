@@ -57,6 +57,9 @@ class FinetuneOptions:
         "help": "wait-k with one k drawn per sentence pair from this list, e.g. 1,3,5,7,9 (one model for all k)",
         "metavar": "K,K,..."})
     n: int = field(default=3, metadata={"help": "read-n: source words per chunk"})
+    n_mix: str | None = field(default=None, metadata={
+        "help": "read-n with one n drawn per sentence pair from this list, e.g. 1,2,3,4 (chunks of every size: what "
+                "a learned policy needs the interleaved model to write)", "metavar": "N,N,..."})
     head_labels: str = field(default="schedule", metadata={
         "help": "policy-head: where READ/WRITE labels come from: schedule (--policy's chunks) or oracle (write a "
                 "word once the model gets it right from the source read so far; simulmt/finetune/oracle.py)",
@@ -140,7 +143,10 @@ class FinetuneOptions:
                                f"use --recipe offline")
         if self.k_mix is not None and policy != "wait-k":
             raise SimulmtError("--k-mix is a wait-k schedule: use it with --policy wait-k")
+        if self.n_mix is not None and policy != "read-n":
+            raise SimulmtError("--n-mix is a read-n schedule: use it with --policy read-n")
         self.ks  # parses --k-mix
+        self.ns  # parses --n-mix
         for name in ("k", "n", "slot", "phi", "lora_rank", "batch_size", "grad_accum", "save_steps",
                      "save_total_limit", "logging_steps"):
             if getattr(self, name) < 1:
@@ -186,6 +192,18 @@ class FinetuneOptions:
         return tuple(sorted(set(ks)))
 
     @property
+    def ns(self) -> tuple[int, ...]:
+        if self.n_mix is None:
+            return ()
+        try:
+            ns = tuple(int(x) for x in self.n_mix.split(",") if x.strip())
+        except ValueError:
+            raise SimulmtError(f"--n-mix takes comma-separated integers, e.g. 1,2,3,4; got {self.n_mix!r}") from None
+        if not ns or min(ns) < 1:
+            raise SimulmtError(f"--n-mix needs n values of at least 1, got {self.n_mix!r}")
+        return tuple(sorted(set(ns)))
+
+    @property
     def learning_rate(self) -> float:
         return self.lr if self.lr is not None else (1e-5 if self.full else 2e-4)
 
@@ -207,7 +225,7 @@ class FinetuneOptions:
 # Options that must not change when a run is resumed (they change the data, the model or the batches).
 _RESUME_KEYS = ("train_source", "train_target", "train_tsv", "train_jsonl", "train_dataset", "dataset_split",
                 "source_field", "target_field", "limit", "source_lang", "target_lang", "model", "recipe", "policy",
-                "k", "k_mix", "n", "slot", "phi", "init_adapter", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "full",
+                "k", "k_mix", "n", "n_mix", "slot", "phi", "init_adapter", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "full",
                 "max_length", "batch_size", "grad_accum", "sampling", "seed")
 
 

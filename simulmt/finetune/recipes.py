@@ -136,7 +136,8 @@ class Recipe:
             out["k"] = k if k is not None else (self.schedule.ks[0] if len(self.schedule.ks) == 1
                                                 else sorted(self.schedule.ks)[len(self.schedule.ks) // 2])
         if policy == "read-n":
-            out["n"] = self.schedule.n
+            ns = sorted(self.schedule.ns)
+            out["n"] = ns[len(ns) // 2] if ns else self.schedule.n
         return out
 
     def describe(self) -> str:

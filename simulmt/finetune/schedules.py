@@ -48,30 +48,35 @@ def offline(source_length: int, target_length: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Schedule:
-    """A schedule family: ``policy`` in wait-k | read-n | offline; ``ks`` (wait-k) has one k, or the k-mix."""
+    """A schedule family: ``policy`` in wait-k | read-n | offline; ``ks`` (wait-k) has one k, or the k-mix;
+    ``ns`` (read-n), when given, the n-mix (one n drawn per pair; ``n`` otherwise)."""
 
     policy: str
     ks: tuple[int, ...] = (3,)
     n: int = 3
+    ns: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.policy not in ("wait-k", "read-n", "offline"):
             raise SimulmtError(f"unknown training schedule {self.policy!r}; choose wait-k, read-n or offline")
         if self.policy == "wait-k" and (not self.ks or min(self.ks) < 1):
             raise SimulmtError(f"wait-k needs k >= 1, got {list(self.ks)}")
-        if self.policy == "read-n" and self.n < 1:
-            raise SimulmtError(f"read-n needs n >= 1, got {self.n}")
+        if self.policy == "read-n" and min((self.n, *self.ns)) < 1:
+            raise SimulmtError(f"read-n needs n >= 1, got {[self.n, *self.ns]}")
 
     def delays(self, source_length: int, target_length: int, rng: random.Random) -> tuple[list[int], str]:
         """(delays, the schedule's name, e.g. ``wait-3``) for one sentence pair; ``rng`` draws the k of a mix."""
         if self.policy == "offline":
             return offline(source_length, target_length), "offline"
         if self.policy == "read-n":
-            return read_n(self.n, source_length, target_length), f"read-{self.n}"
+            n = rng.choice(self.ns) if self.ns else self.n
+            return read_n(n, source_length, target_length), f"read-{n}"
         k = self.ks[0] if len(self.ks) == 1 else rng.choice(self.ks)
         return wait_k(k, source_length, target_length), f"wait-{k}"
 
     def describe(self) -> str:
         if self.policy == "wait-k":
             return f"wait-k mix {','.join(map(str, self.ks))}" if len(self.ks) > 1 else f"wait-{self.ks[0]}"
+        if self.policy == "read-n" and self.ns:
+            return f"read-n mix {','.join(map(str, self.ns))}"
         return f"read-{self.n}" if self.policy == "read-n" else "offline"

@@ -234,7 +234,7 @@ def load_pairs(options: FinetuneOptions, stats: data.PairStats) -> list[data.Pai
 
 
 def make_recipe(options: FinetuneOptions) -> Recipe:
-    return Recipe(options.recipe, Schedule(options.training_policy, options.ks, options.n), options.slot, options.phi)
+    return Recipe(options.recipe, Schedule(options.training_policy, options.ks, options.n, options.ns), options.slot, options.phi)
 
 
 def _check_output(options: FinetuneOptions, out: Path) -> str | None:
