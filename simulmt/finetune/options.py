@@ -181,27 +181,11 @@ class FinetuneOptions:
 
     @property
     def ks(self) -> tuple[int, ...]:
-        if self.k_mix is None:
-            return (self.k,)
-        try:
-            ks = tuple(int(x) for x in self.k_mix.split(",") if x.strip())
-        except ValueError:
-            raise SimulmtError(f"--k-mix takes comma-separated integers, e.g. 1,3,5,7,9; got {self.k_mix!r}") from None
-        if not ks or min(ks) < 1:
-            raise SimulmtError(f"--k-mix needs k values of at least 1, got {self.k_mix!r}")
-        return tuple(sorted(set(ks)))
+        return (self.k,) if self.k_mix is None else _mix(self.k_mix, "--k-mix", "k", "1,3,5,7,9")
 
     @property
     def ns(self) -> tuple[int, ...]:
-        if self.n_mix is None:
-            return ()
-        try:
-            ns = tuple(int(x) for x in self.n_mix.split(",") if x.strip())
-        except ValueError:
-            raise SimulmtError(f"--n-mix takes comma-separated integers, e.g. 1,2,3,4; got {self.n_mix!r}") from None
-        if not ns or min(ns) < 1:
-            raise SimulmtError(f"--n-mix needs n values of at least 1, got {self.n_mix!r}")
-        return tuple(sorted(set(ns)))
+        return () if self.n_mix is None else _mix(self.n_mix, "--n-mix", "n", "1,2,3,4")
 
     @property
     def learning_rate(self) -> float:
@@ -220,6 +204,17 @@ class FinetuneOptions:
             else:
                 parts += [flag, str(value)]
         return shlex.join(parts)
+
+
+def _mix(text: str, flag: str, name: str, example: str) -> tuple[int, ...]:
+    """``"5,1,3"`` -> ``(1, 3, 5)``: the values of a schedule mix, each at least 1, or a clear error."""
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise SimulmtError(f"{flag} takes comma-separated integers, e.g. {example}; got {text!r}") from None
+    if not values or min(values) < 1:
+        raise SimulmtError(f"{flag} needs {name} values of at least 1, got {text!r}")
+    return tuple(sorted(set(values)))
 
 
 # Options that must not change when a run is resumed (they change the data, the model or the batches).
