@@ -282,3 +282,49 @@ def test_the_marker_rows_train_at_their_own_rate(tmp_path):
     trained = {id(p) for g in optimizer.param_groups for p in g["params"]}
     assert trained == {id(p) for p in model.parameters() if p.requires_grad}  # nothing lost, nothing twice
     assert sum(len(g["params"]) for g in optimizer.param_groups) == len(trained)
+
+
+def _decide_with_logits(stream) -> bool:
+    """The old rule: a decision forward also computes the LM head row (what a READ then throws away)."""
+    return stream._logits() is not None
+
+
+@pytest.mark.parametrize("layout", [Interleaved(), Expost(slot=16)])
+def test_decision_forwards_skip_the_lm_head_only_where_no_proposal_can_use_it(layout, monkeypatch):
+    from simulmt.core.engine import Engine, run_batched
+    from simulmt.core.policies import WaitK
+    from simulmt.core.stream import Stream
+
+    tr = tiny_interleaved_translator("gemma3")
+    torch.manual_seed(1)
+    head = PolicyHead(torch.randn(2, tr.model.config.hidden_size), torch.zeros(2))
+    rows = []
+    hook = tr.runner.head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
+
+    def run(policies):
+        rows.clear()
+        streams = []
+        for source, policy in zip(CORPUS[:6], policies):
+            stream = tr.new_stream(layout, policy, record=True)
+            stream.push(source.split(), finished=True)
+            streams.append(stream)
+        run_batched(streams, Engine(tr.runner), batch_size=3)
+        return streams, sum(rows)
+
+    mixed = [Learned(0.5, head) if i % 2 == 0 else WaitK(2) for i in range(6)]  # rows with and without logits
+    now, now_rows = run(mixed)
+    with monkeypatch.context() as m:
+        m.setattr(Stream, "_features_at_hand", _decide_with_logits)
+        before, before_rows = run(mixed)
+    hook.remove()
+    for a, b in zip(before, now):
+        assert (a.result().prediction, a.result().delays) == (b.result().prediction, b.result().delays)
+        assert [p.token for p in a.proposals] == [p.token for p in b.proposals]
+        assert a.result().tokens_fed == b.result().tokens_fed
+    # every logits row computed now is used by a proposal, except where a WRITE could have used it (expost: once
+    # the target is open, a decision's logits are the next proposal's if it writes; before, none are computed)
+    proposals = sum(len(s.proposals) for s in now)
+    if isinstance(layout, Interleaved):
+        assert now_rows == proposals < before_rows
+    else:
+        assert proposals < now_rows < before_rows

@@ -5,7 +5,8 @@
             -> NEEDS_MODEL: a ForwardRequest (keep the first N cached tokens, feed these placed tokens)
             all requests of the round are served by ONE forward over the batched cache (``BatchKVCache``):
             per-row crop (a length), every new token a packed query with its own position id and its mask from
-            the same visibility rule, the logits (and last hidden state) of each stream's last token.
+            the same visibility rule, the logits (and last hidden state) of each stream's last token (the LM head
+            runs only on the rows whose request asks for logits).
 
 Streams join (``add``) and leave (``remove``, or by finishing) between rounds. A stream's clock (its words'
 ``elapsed``) starts when it joins, so in a batched run elapsed is the wall time the stream spent in the engine,
@@ -134,15 +135,18 @@ class Engine:
         distances = self._distances(requests, counts, visible, q_index, q_target) if self.runner.alibi else None
         last = torch.cumsum(torch.tensor(counts), 0) - 1  # each stream's last query
         features = any(s.wants_features for s, _ in requests)
+        wanted = [r.logits for _, r in requests]  # rows whose logits are asked for (the LM head runs on those)
         embedded = [s.embedding_of(t.token_id) for s, r in requests for t in r.tokens if t.token_id < 0]
         logits, hidden = self.runner.forward_packed(ids, positions, visible, q_index, last, self.cache, features,
                                                     distances=distances,
-                                                    embedded=torch.stack(embedded) if embedded else None)
+                                                    embedded=torch.stack(embedded) if embedded else None,
+                                                    head_rows=None if all(wanted) else torch.tensor(wanted))
         starts = [0] + last.add(1).tolist()[:-1]
         pairs = visible.sum(dim=1).tolist()
+        row_logits = iter(logits)
         for i, ((stream, _), n) in enumerate(zip(requests, counts)):
-            flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), 1)
-            stream.receive(logits[i], flops, hidden[i] if hidden is not None else None)
+            flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), int(wanted[i]))
+            stream.receive(next(row_logits) if wanted[i] else None, flops, hidden[i] if hidden is not None else None)
         s = self.stats
         s.forwards += 1
         s.rows += len(rows)

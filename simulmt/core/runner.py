@@ -195,12 +195,13 @@ class ModelRunner:
     @torch.no_grad()
     def forward_packed(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor,
                        q_index: torch.Tensor, last: torch.Tensor, cache, features: bool = False,
-                       distances: torch.Tensor | None = None, embedded: torch.Tensor | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       distances: torch.Tensor | None = None, embedded: torch.Tensor | None = None,
+                       head_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One forward for many streams (the batched engine), packed: ``ids``/``positions``/``q_index`` (N,), one
         query per batch row; ``visible`` (N, K); ``cache`` a ``BatchKVCache`` prepared for these queries;
-        ``distances`` (N, K) for ALiBi models. Returns the logits (float32) of the queries ``last`` (R,) and,
-        when ``features``, their last hidden states. ``embedded``: rows for the ids < 0 (``embed``)."""
+        ``distances`` (N, K) for ALiBi models. Returns the logits (float32) of the queries ``last`` (R,), only of
+        those where the boolean ``head_rows`` (R,) is true when it is given, and, when ``features``, the last
+        hidden states of all R. ``embedded``: rows for the ids < 0 (``embed``)."""
         masks = render_row_masks(visible[:, None, :], q_index[:, None], self.attention_types, self.window,
                                  self.dtype, self.device, self.alibi,
                                  None if distances is None else distances[:, None, :])
@@ -209,7 +210,8 @@ class ModelRunner:
         out = self.decoder(**tokens, position_ids=positions[:, None].to(self.device),
                            attention_mask=masks, past_key_values=cache, use_cache=True)
         hidden = out.last_hidden_state[:, 0].index_select(0, last.to(self.device))  # (R, hidden), contiguous
-        logits = self.head(hidden)
+        heads = hidden if head_rows is None else hidden.index_select(0, head_rows.nonzero()[:, 0].to(self.device))
+        logits = self.head(heads)
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits.float(), hidden.float() if features else None

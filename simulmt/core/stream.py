@@ -145,10 +145,12 @@ class Status(str, Enum):
 @dataclass(frozen=True)
 class ForwardRequest:
     """Keep the first ``keep`` cached tokens of the stream, feed ``tokens`` after them, return the logits of the
-    last one."""
+    last one (``logits=False``: only its hidden state, for a policy that decides on it and whose decision adds
+    tokens either way, so the LM head's row would be wasted)."""
 
     keep: int
     tokens: tuple[PlacedToken, ...]
+    logits: bool = True
 
 
 @dataclass(frozen=True)
@@ -313,7 +315,7 @@ class Stream:
         if self._decision is not None and self._decision[0] == point:
             return self._decision[1]
         consults = getattr(self.policy, "consults_head", None)  # without it, the features of the last forward
-        if self.wants_features and consults is not None and consults(state) and self._logits() is None:
+        if self.wants_features and consults is not None and consults(state) and not self._features_at_hand():
             return None
         action = self.policy.decide(state)
         self._decision = (point, action)
@@ -336,8 +338,22 @@ class Stream:
         self.pending = ForwardRequest(keep, new)
         return None
 
-    def receive(self, logits: torch.Tensor, flops: float, features: torch.Tensor | None = None) -> None:
-        """The engine served the pending request: the cache row now holds the layout's list."""
+    def _features_at_hand(self) -> bool:
+        """Is the hidden state of the layout's last placed token at hand? If not, post a ``ForwardRequest`` for it.
+        Its logits are asked for only when a WRITE could use them: a READ places more source, and a WRITE in a
+        layout whose target is not open places the opener first (``open_target``), so either way the next
+        proposal comes from a later forward and this one needs no LM head row."""
+        target = self.state.tokens
+        keep = common_prefix_length(self.fed, target)
+        if keep == len(target) == len(self.fed) and self.features is not None:
+            return True
+        if self._logits() is None and not self.state.opened:
+            self.pending = replace(self.pending, logits=False)
+        return self.pending is None
+
+    def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None) -> None:
+        """The engine served the pending request: the cache row now holds the layout's list (``logits`` None when
+        the request asked for none)."""
         request, self.pending = self.pending, None
         if request is None:
             raise SimulmtError("receive() without a pending forward request")
