@@ -252,3 +252,59 @@ def test_live_text_keeps_partial_words_and_cuts_sentences():
     assert live.feed("f. g ") == [Word("f."), Word("g")]  # no end before a lower-case word
     assert live.end() == [Boundary()]
     assert LiveText().end() == []
+
+
+def run_hub(sentences: list[str], overlap: int) -> tuple[list[dict], Hub, list[bool]]:
+    """One client's talk straight through a hub (no server): all of it at once, then end."""
+    hub = Hub(tiny_translator("llama"), max_streams=4, max_words=64, overlap=overlap)
+    held_done = []  # whether a later sentence had finished while an earlier one still ran, per round
+    rounds = hub._round
+
+    def watching_round():
+        busy = rounds()
+        held_done.append(any(c.finished for c in hub.clients.values()))
+        return busy
+
+    hub._round = watching_round
+    messages: list[dict] = []
+    ended = threading.Event()
+
+    def sink(message: dict) -> None:
+        messages.append(message)
+        if message["type"] == "end":
+            ended.set()
+
+    hub.start()
+    client = hub.admit()
+    hub.send("open", client, ({"layout": "expost", "policy": "wait-k", "k": 3}, sink))
+    hub.send("text", client, " ".join(sentences))
+    hub.send("end", client)
+    assert ended.wait(120)
+    hub.stop()
+    return messages, hub, held_done
+
+
+def test_a_clients_next_sentence_runs_while_the_previous_one_finishes_and_words_stay_in_order():
+    # a long sentence, then a short one that finishes first when both run: its words wait for the long one's
+    talk = ["My brother works in a small hospital in the old part of Berlin.", "Yes.", TALK[1]]
+    overlapped, hub, held_done = run_hub(talk, overlap=2)
+    one_by_one, hub1, _ = run_hub(talk, overlap=1)
+    assert max(hub.engine.stats.batch_sizes) == 2 and max(hub1.engine.stats.batch_sizes) == 1
+    assert any(held_done)  # "Yes." was done before the long sentence: held, then sent after it
+    assert hub.engine.stats.forwards < hub1.engine.stats.forwards  # the sentences shared forwards
+
+    def strip(messages):
+        return [{k: v for k, v in m.items() if k != "elapsed_ms"} for m in messages]
+
+    assert strip(overlapped) == strip(one_by_one)  # the same words, delays, sentences, in the same order
+    sentences = [m for m in overlapped if m["type"] == "sentence"]
+    assert [m["source"] for m in sentences] == talk
+    offset = 0
+    for message, source in zip(sentences, talk):
+        alone = expected(source)
+        assert (message["translation"], message["delays"]) == (alone.prediction, [offset + d for d in alone.delays])
+        offset += len(source.split())
+    words = [m for m in overlapped if m["type"] == "word"]
+    assert [w["sentence"] for w in words] == sorted(w["sentence"] for w in words)
+    assert all(a["elapsed_ms"] <= b["elapsed_ms"] for a, b in zip(words, words[1:]))
+    assert overlapped[-1] == {"type": "end"} and not hub.engine.streams and hub.engine.cache.rows == 0

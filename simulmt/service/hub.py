@@ -11,8 +11,15 @@ rounds while any stream needs the model; each round's words go back to their cli
 
 A client's talk is unbounded: ``LiveText`` cuts it into sentences and each sentence is a ``Stream`` of its own,
 so memory and context stay bounded for hours. Nothing carries over from one sentence to the next (no context:
-each sentence starts from the prompt). A sentence's stream joins the engine when the previous sentence of the
-same client is finished, so a client receives its words in order; its words wait in the stream until then.
+each sentence starts from the prompt). Consecutive sentences of one client overlap: up to ``overlap`` of them
+(default 2) run in the engine at once, so the next sentence reads and writes while the previous one writes its
+last words (its tail after the source ended), instead of waiting for it. A client still receives its words in
+order: the words of a sentence that is not the client's oldest unfinished one are held by the hub and sent, with
+their stream-wide delays, as soon as every sentence before it is finished::
+
+    sentence 1  read read write ... end of source -> write write write done
+    sentence 2                                 read read write (held)  |-> sent -> write ...
+
 A client that goes away has its streams removed at once (their cache rows are freed).
 """
 
@@ -40,7 +47,9 @@ class Client:
     sink: Sink
     live: LiveText
     t0: float = field(default_factory=time.perf_counter)
-    sentences: list[Stream] = field(default_factory=list)  # not finished yet, in order; the first runs
+    sentences: list[Stream] = field(default_factory=list)  # not reported yet, in order; the first ``overlap`` run
+    held: dict[int, list] = field(default_factory=dict)  # id(stream) -> words written while an earlier sentence ran
+    finished: dict[int, SimulmtError | None] = field(default_factory=dict)  # id(stream) -> error, done early
     words_before: int = 0  # source words of the sentences before the running one
     sentence_index: int = 0
     ending: bool = False  # the client sent "end": close once every sentence is finished
@@ -62,10 +71,14 @@ class Metrics:
 
 
 class Hub:
-    def __init__(self, translator, max_streams: int = 16, max_words: int = 64):
+    def __init__(self, translator, max_streams: int = 16, max_words: int = 64, overlap: int = 2):
+        if overlap < 1:
+            raise SimulmtError(f"overlap is the number of a client's sentences decoded at once: at least 1, got "
+                               f"{overlap}")
         self.translator = translator
         self.max_streams = max_streams
         self.max_words = max_words
+        self.overlap = overlap
         self.engine = Engine(translator.runner)
         self.clients: dict[int, Client] = {}
         self.owner: dict[int, Client] = {}  # id(stream) -> client
@@ -168,7 +181,7 @@ class Hub:
             stream = self.translator.new_stream(**client.options)
             self.owner[id(stream)] = client
             client.sentences.append(stream)
-            if len(client.sentences) == 1:
+            if len(client.sentences) <= self.overlap:
                 self.engine.add(stream)
         client.sentences[-1].push([action.text])
 
@@ -184,15 +197,26 @@ class Hub:
             client = self.owner.get(id(event.stream))
             if client is None:
                 continue
-            now = (time.perf_counter() - client.t0) * 1000.0
-            for word in event.words:
-                for piece in word.text.split():
-                    client.sink({"type": "word", "text": piece, "delay": client.words_before + word.delay,
-                                 "elapsed_ms": round(now, 1), "sentence": client.sentence_index})
-                    self.metrics.words_out_total += 1
+            oldest = event.stream is client.sentences[0]
+            if oldest:
+                self._send_words(client, event.words)
+            else:  # an earlier sentence is still running: its words go first
+                client.held.setdefault(id(event.stream), []).extend(event.words)
             if event.status is Status.DONE:
-                self._sentence_done(client, event.stream, event.error)
+                if oldest:
+                    self._sentence_done(client, event.stream, event.error)
+                else:
+                    client.finished[id(event.stream)] = event.error
         return any(e.status is Status.NEEDS_MODEL for e in events)
+
+    def _send_words(self, client: Client, words) -> None:
+        """Words of the client's oldest unfinished sentence, now."""
+        now = (time.perf_counter() - client.t0) * 1000.0
+        for word in words:
+            for piece in word.text.split():
+                client.sink({"type": "word", "text": piece, "delay": client.words_before + word.delay,
+                             "elapsed_ms": round(now, 1), "sentence": client.sentence_index})
+                self.metrics.words_out_total += 1
 
     def _sentence_done(self, client: Client, stream: Stream, error: SimulmtError | None) -> None:
         result = stream.result()
@@ -206,15 +230,21 @@ class Hub:
         client.sentences.pop(0)
         client.words_before += result.source_length
         client.sentence_index += 1
-        if client.sentences:  # the next sentence of this client runs now
+        if client.sentences:  # the next sentence is now the oldest: what it wrote so far is sent
             nxt = client.sentences[0]
-            if nxt.done:  # e.g. nothing to translate
-                self._sentence_done(client, nxt, None)
+            self._send_words(client, client.held.pop(id(nxt), []))
+            if id(nxt) in client.finished or (nxt.done and not self._running(nxt)):  # done already (or empty)
+                self._sentence_done(client, nxt, client.finished.pop(id(nxt), None))
                 return
-            self.engine.add(nxt)
-            self._joined = True  # it has not been stepped yet: one more round
+            for waiting in client.sentences[: self.overlap]:
+                if not self._running(waiting) and not waiting.done:
+                    self.engine.add(waiting)
+                    self._joined = True  # it has not been stepped yet: one more round
         elif client.ending:
             self._finish(client)
+
+    def _running(self, stream: Stream) -> bool:
+        return any(s is stream for s in self.engine.streams)
 
     def _finish(self, client: Client) -> None:
         client.sink({"type": "end"})
@@ -223,8 +253,8 @@ class Hub:
     def _drop(self, client: Client) -> None:
         for stream in client.sentences:
             self.owner.pop(id(stream), None)
-            if any(s is stream for s in self.engine.streams):
+            if self._running(stream):
                 self.engine.remove(stream)  # its cache row is freed at once
-        client.sentences = []
+        client.sentences, client.held, client.finished = [], {}, {}
         self.clients.pop(client.id, None)
         self.metrics.clients = len(self.clients)

@@ -29,6 +29,9 @@ class ServeOptions:
     token: str | None = field(default=None, metadata={
         "help": "clients must give it (query token=... or 'Authorization: Bearer ...')", "metavar": "T"})
     max_words: int = field(default=64, metadata={"help": "a sentence is cut after this many source words"})
+    overlap: int = field(default=2, metadata={
+        "help": "a client's sentences decoded at once: the next starts while the previous writes its last words "
+                "(words are still sent in order); 1: one after the other"})
     idle_timeout: float = field(default=300.0, metadata={"help": "close a client silent for this many seconds"})
     max_frame_bytes: int = field(default=65536, metadata={"help": "largest client frame"})
     device: str | None = device_field()
@@ -41,7 +44,7 @@ class ServeOptions:
                 "temporary directory)", "metavar": "DIR"})
 
     def __post_init__(self):
-        for name in ("max_streams", "max_words", "max_frame_bytes", "replicas"):
+        for name in ("max_streams", "max_words", "overlap", "max_frame_bytes", "replicas"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
@@ -80,7 +83,7 @@ def run(options: ServeOptions, parser, load_translator: Callable) -> int:
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
-    hub = Hub(translator, max_streams=options.max_streams, max_words=options.max_words)
+    hub = Hub(translator, max_streams=options.max_streams, max_words=options.max_words, overlap=options.overlap)
     hub.start()
     app = create_app(hub, token=options.token, max_frame_bytes=options.max_frame_bytes,
                      idle_timeout=options.idle_timeout)
