@@ -251,6 +251,33 @@ def test_the_n_mix_option_draws_chunk_sizes(corpus, tmp_path):
         options(corpus, tmp_path, recipe="interleaved", policy="read-n", n_mix="0,2")
 
 
+def test_the_mixed_schedule_draws_wait_k_and_read_n_per_pair(corpus, tmp_path):
+    import random
+
+    from simulmt.finetune.schedules import Schedule, read_n, wait_k
+    from simulmt.finetune.trainer import finetune, make_recipe
+
+    schedule = Schedule("mixed", ks=(1, 5), ns=(2, 4))
+    rng = random.Random(0)
+    drawn = [schedule.delays(9, 8, rng) for _ in range(200)]
+    names = {name for _, name in drawn}
+    assert names == {"wait-1", "wait-5", "read-2", "read-4"}
+    for delays, name in drawn:  # each pair is laid out along the schedule it names
+        value = int(name.split("-")[1])
+        assert delays == (wait_k(value, 9, 8) if name.startswith("wait") else read_n(value, 9, 8))
+    assert 60 < sum(name.startswith("wait") for _, name in drawn) < 140
+    assert drawn == [schedule.delays(9, 8, r) for r in [random.Random(0)] for _ in range(200)]  # seeded
+    assert schedule.describe() == "mixed: wait-k mix 1,5 + read-n mix 2,4"
+
+    opts = options(corpus, tmp_path / "run", recipe="interleaved", policy="mixed", k_mix="1,3", n_mix="2,3",
+                   dry_run=True)
+    recipe = make_recipe(opts)
+    assert recipe.inference()["policy"] == "wait-k" and recipe.inference()["k"] == 3
+    card = finetune(opts, translator=fresh_translator("llama"), progress=False)
+    families = {name.split("-")[0] for name in card["data"]["schedules"]}
+    assert families == {"wait", "read"}
+
+
 def test_time_limit_stops_with_a_checkpoint(corpus, tmp_path):
     from simulmt.finetune.trainer import finetune
 

@@ -50,8 +50,9 @@ class FinetuneOptions:
         "help": "how training sequences are laid out: " + "; ".join(f"{k}: {v}" for k, v in RECIPES.items()),
         "choices": tuple(RECIPES)})
     policy: str | None = field(default=None, metadata={
-        "help": "training schedule (default: read-n for conversation, offline for offline, else wait-k)",
-        "choices": ("wait-k", "read-n", "offline")})
+        "help": "training schedule (default: read-n for conversation, offline for offline, else wait-k); mixed: "
+                "wait-k (--k / --k-mix) or read-n (--n / --n-mix) drawn per pair",
+        "choices": ("wait-k", "read-n", "mixed", "offline")})
     k: int = field(default=3, metadata={"help": "wait-k: g(j) = min(k + j - 1, |X|)"})
     k_mix: str | None = field(default=None, metadata={
         "help": "wait-k with one k drawn per sentence pair from this list, e.g. 1,3,5,7,9 (one model for all k)",
@@ -141,10 +142,10 @@ class FinetuneOptions:
         if self.recipe != "offline" and policy == "offline":
             raise SimulmtError(f"--recipe {self.recipe} needs --policy wait-k or read-n; for full-sentence training "
                                f"use --recipe offline")
-        if self.k_mix is not None and policy != "wait-k":
-            raise SimulmtError("--k-mix is a wait-k schedule: use it with --policy wait-k")
-        if self.n_mix is not None and policy != "read-n":
-            raise SimulmtError("--n-mix is a read-n schedule: use it with --policy read-n")
+        if self.k_mix is not None and policy not in ("wait-k", "mixed"):
+            raise SimulmtError("--k-mix is a wait-k schedule: use it with --policy wait-k (or mixed)")
+        if self.n_mix is not None and policy not in ("read-n", "mixed"):
+            raise SimulmtError("--n-mix is a read-n schedule: use it with --policy read-n (or mixed)")
         self.ks  # parses --k-mix
         self.ns  # parses --n-mix
         for name in ("k", "n", "slot", "phi", "lora_rank", "batch_size", "grad_accum", "save_steps",

@@ -131,6 +131,7 @@ class Recipe:
         layout = {"expost-nomask": "expost", "slotless": "naive", "offline": "prefix",
                   "policy-head": "interleaved"}.get(self.name, self.name)
         policy = "learned" if self.name == "policy-head" else self.schedule.policy
+        policy = "wait-k" if policy == "mixed" else policy  # served (and evaluated at the end) with wait-k
         out = {"layout": layout, "policy": policy, "slot": self.slot, "phi": self.phi}
         if policy == "wait-k":
             out["k"] = k if k is not None else (self.schedule.ks[0] if len(self.schedule.ks) == 1

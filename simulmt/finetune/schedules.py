@@ -12,6 +12,9 @@ Source and target are whitespace words (as SimulEval and the streaming engine co
 * offline:  g(j) = |X|                                                 (read everything, then write)
 
 ``--k-mix 1,3,5,7,9`` draws one k per sentence pair (seeded), so one model learns every k of the mix.
+``--policy mixed`` draws the family too: half the pairs wait-k (``--k-mix``), half read-n (``--n-mix``). An
+interleaved model served by a learned policy needs both: read-n's chunks of several words, and wait-k's long
+tails after the last read (a policy that lags has a backlog to write once the source ends).
 
     wait-2, |X| = 5, |Y| = 4:   g = 2 3 4 5
     read-2, |X| = 5, |Y| = 4:   ceil(j*5/4) = 2 3 4 5  ->  g = 2 4 4 5
@@ -48,8 +51,9 @@ def offline(source_length: int, target_length: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Schedule:
-    """A schedule family: ``policy`` in wait-k | read-n | offline; ``ks`` (wait-k) has one k, or the k-mix;
-    ``ns`` (read-n), when given, the n-mix (one n drawn per pair; ``n`` otherwise)."""
+    """A schedule family: ``policy`` in wait-k | read-n | mixed | offline; ``ks`` (wait-k) has one k, or the
+    k-mix; ``ns`` (read-n), when given, the n-mix (one n drawn per pair; ``n`` otherwise); mixed: wait-k or read-n
+    drawn per pair, each as above."""
 
     policy: str
     ks: tuple[int, ...] = (3,)
@@ -57,24 +61,28 @@ class Schedule:
     ns: tuple[int, ...] = ()
 
     def __post_init__(self):
-        if self.policy not in ("wait-k", "read-n", "offline"):
-            raise SimulmtError(f"unknown training schedule {self.policy!r}; choose wait-k, read-n or offline")
-        if self.policy == "wait-k" and (not self.ks or min(self.ks) < 1):
+        if self.policy not in ("wait-k", "read-n", "mixed", "offline"):
+            raise SimulmtError(f"unknown training schedule {self.policy!r}; choose wait-k, read-n, mixed or offline")
+        if self.policy in ("wait-k", "mixed") and (not self.ks or min(self.ks) < 1):
             raise SimulmtError(f"wait-k needs k >= 1, got {list(self.ks)}")
-        if self.policy == "read-n" and min((self.n, *self.ns)) < 1:
+        if self.policy in ("read-n", "mixed") and min((self.n, *self.ns)) < 1:
             raise SimulmtError(f"read-n needs n >= 1, got {[self.n, *self.ns]}")
 
     def delays(self, source_length: int, target_length: int, rng: random.Random) -> tuple[list[int], str]:
         """(delays, the schedule's name, e.g. ``wait-3``) for one sentence pair; ``rng`` draws the k of a mix."""
         if self.policy == "offline":
             return offline(source_length, target_length), "offline"
-        if self.policy == "read-n":
+        policy = self.policy if self.policy != "mixed" else rng.choice(("wait-k", "read-n"))
+        if policy == "read-n":
             n = rng.choice(self.ns) if self.ns else self.n
             return read_n(n, source_length, target_length), f"read-{n}"
         k = self.ks[0] if len(self.ks) == 1 else rng.choice(self.ks)
         return wait_k(k, source_length, target_length), f"wait-{k}"
 
     def describe(self) -> str:
+        if self.policy == "mixed":
+            return (f"mixed: {Schedule('wait-k', self.ks).describe()} + "
+                    f"{Schedule('read-n', n=self.n, ns=self.ns).describe()}")
         if self.policy == "wait-k":
             return f"wait-k mix {','.join(map(str, self.ks))}" if len(self.ks) > 1 else f"wait-{self.ks[0]}"
         if self.policy == "read-n" and self.ns:
