@@ -62,6 +62,28 @@ def test_block_delays_follow_the_words_end_times():
     assert block_delays([0], ends, available) == [1]  # at least one block
 
 
+def test_the_simul_stage_mixes_wait_k_tails_into_its_read_n_chunks_with_k_mix(tmp_path):
+    import random
+
+    from simulmt.speech.train import SpeechItem, speech_example
+
+    # 4 source words, one per block; 4 target words
+    item = SpeechItem("u", [torch.zeros(2, 8)] * 4, [400.0, 800.0, 1200.0, 1600.0], "a b c d", "w x y z",
+                      [300.0, 700.0, 1100.0, 1500.0])
+    embeddings = [torch.zeros(1, 8)] * 4
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("")
+    only_read_n = SpeechTrainOptions(corpus=str(manifest), stage="simul", speech_adapter="x", n_mix="4")
+    mixed = SpeechTrainOptions(corpus=str(manifest), stage="simul", speech_adapter="x", n_mix="4", k_mix="1")
+    rng = random.Random(0)
+    assert {tuple(speech_example(item, embeddings, "simul", only_read_n.schedule, rng, "")[2])
+            for _ in range(20)} == {(4, 4, 4, 4)}  # read-4: everything after the last block
+    assert {tuple(speech_example(item, embeddings, "simul", mixed.schedule, rng, "")[2])
+            for _ in range(40)} == {(4, 4, 4, 4), (1, 2, 3, 4)}  # and wait-1: a word per block
+    with pytest.raises(SimulmtError, match="--k-mix takes integers"):
+        SpeechTrainOptions(corpus=str(manifest), stage="simul", speech_adapter="x", k_mix="0")
+
+
 def test_the_three_stages_and_the_trained_speech_model(corpus, parts, tmp_path):
     align = train_speech(options(corpus, tmp_path / "align", align_target="transcript"), progress=False, **parts)
     losses = [h["loss"] for h in align["loss_history"]]

@@ -33,6 +33,10 @@ class SpeechTrainOptions:
         "help": "align: what the model writes after the speech", "choices": ("transcript", "translation")})
     n_mix: str = field(default="1,2,3,4", metadata={"help": "simul/policy: read-n chunk sizes in words, one drawn "
                                                             "per utterance", "metavar": "N,N,..."})
+    k_mix: str | None = field(default=None, metadata={
+        "help": "simul/policy: half the utterances take wait-k word schedules (k drawn from this list) instead of "
+                "read-n, as `finetune --policy mixed`: their long tails teach the model to write a backlog once the "
+                "source ends", "metavar": "K,K,..."})
     head_labels: str = field(default="schedule", metadata={
         "help": "policy: READ/WRITE labels from the --n-mix chunks (schedule) or from the model itself (oracle: write "
                 "a word after the first block from which the model predicts it right; simulmt/finetune/oracle.py)",
@@ -59,6 +63,7 @@ class SpeechTrainOptions:
             raise SimulmtError(f"--stage {self.stage} continues an aligned speech adapter: pass --speech-adapter DIR "
                                f"(the align stage's OUT/model)")
         self._check_blocks()
+        self.schedule  # parses --n-mix and --k-mix
         if min(self.steps, self.batch_size, self.save_steps) < 1 or self.lr <= 0:
             raise SimulmtError("--steps, --batch-size and --save-steps must be at least 1, --lr positive")
 
@@ -71,6 +76,27 @@ class SpeechTrainOptions:
         if not ns or min(ns) < 1:
             raise SimulmtError(f"--n-mix takes integers of at least 1, got {self.n_mix!r}")
         return ns
+
+    @property
+    def ks(self) -> list[int]:
+        if self.k_mix is None:
+            return []
+        try:
+            ks = [int(v) for v in self.k_mix.split(",") if v.strip()]
+        except ValueError:
+            raise SimulmtError(f"--k-mix takes comma-separated integers, got {self.k_mix!r}") from None
+        if not ks or min(ks) < 1:
+            raise SimulmtError(f"--k-mix takes integers of at least 1, got {self.k_mix!r}")
+        return ks
+
+    @property
+    def schedule(self):
+        """The word schedule of the simul and policy stages: read-n over --n-mix, mixed with wait-k over --k-mix."""
+        from simulmt.finetune.schedules import Schedule
+
+        if self.k_mix is None:
+            return Schedule("read-n", ns=tuple(self.ns))
+        return Schedule("mixed", ks=tuple(self.ks), ns=tuple(self.ns))
 
     def _check_blocks(self) -> None:
         if self.block_ms <= 0 or self.block_ms % 40 or self.left_context_ms < 0 or self.left_context_ms % 20:

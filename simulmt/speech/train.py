@@ -6,7 +6,8 @@ policy head. (Stage one, the interleaved text format, is ``simulmt finetune --re
   the adapter trains; the LLM (with its interleaved LoRA adapter merged) is frozen, so the adapter learns to
   speak its input language.
 * ``simul``  (stage III): interleaved sequences, speech chunks and target chunks. Chunks are the source words'
-  read-n chunks (n drawn per utterance from ``--n-mix``), mapped onto blocks by the words' end times: target word
+  read-n chunks (n drawn per utterance from ``--n-mix``; with ``--k-mix``, half the utterances take wait-k
+  instead, as ``finetune --policy mixed`` does for text), mapped onto blocks by the words' end times: target word
   j is written after the first block that holds the end of the last source word it needs. The adapter trains.
 * ``policy``: the READ/WRITE head on the hidden states after each block (``simulmt.finetune.policy_head``),
   labelled by the same chunk schedule, or (``--head-labels oracle``) by the model itself: write a word after the
@@ -39,7 +40,7 @@ from simulmt.core.placed import embedded_units, embedding_row
 from simulmt.core.prompt_format import build_format, with_interleaved_markers
 from simulmt.errors import SimulmtError
 from simulmt.finetune.oracle import correct_matrix, oracle_delays
-from simulmt.finetune.schedules import read_n
+from simulmt.finetune.schedules import Schedule
 from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
 from simulmt.speech.model import SPEECH_FILE, SpeechModelCard
 from simulmt.speech.options import SpeechTrainOptions
@@ -99,16 +100,17 @@ def block_delays(word_delays: list[int], word_end_ms: list[float], available_ms:
     return out
 
 
-def speech_example(item: SpeechItem, embeddings: list[torch.Tensor], stage: str, n: int, align_text: str):
+def speech_example(item: SpeechItem, embeddings: list[torch.Tensor], stage: str, schedule: Schedule,
+                   rng: random.Random, align_text: str):
     """The source units (embedded ids), target words and block delays of one utterance: all blocks then
-    ``align_text`` (align), or read-n word chunks mapped onto blocks (simul, policy)."""
+    ``align_text`` (align), or the word schedule drawn from ``schedule`` mapped onto blocks (simul, policy)."""
     units = embedded_units([e.shape[0] for e in embeddings])
     if stage == "align":
         words = align_text.split()
         delays = [len(units)] * len(words)
     else:
         words = item.target.split()
-        word_delays = read_n(n, len(item.source.split()), len(words))
+        word_delays, _ = schedule.delays(len(item.source.split()), len(words), rng)
         delays = block_delays(word_delays, item.word_end_ms, item.available_ms)
     return units, words, delays
 
@@ -175,7 +177,7 @@ def _loss(translator, adapter, item: SpeechItem, layout, fmt, options, rng) -> t
     """(summed cross-entropy of the labelled tokens, their number) of one utterance's sequence."""
     embeddings = [adapter(b) for b in item.blocks]
     text = item.source if options.stage == "align" and options.align_target == "transcript" else item.target
-    units, words, delays = speech_example(item, embeddings, options.stage, rng.choice(options.ns), text)
+    units, words, delays = speech_example(item, embeddings, options.stage, options.schedule, rng, text)
     (example,) = build_examples(layout, fmt, translator.tokenizer, units, words, delays)
     runner = translator.runner
     ids = example.input_ids
@@ -253,7 +255,7 @@ def _fit_policy(options, translator, adapter, items, layout, fmt) -> tuple[dict,
     with torch.no_grad():
         for item in items:
             embeddings = [adapter(b) for b in item.blocks]
-            units, words, delays = speech_example(item, embeddings, "simul", rng.choice(options.ns), item.target)
+            units, words, delays = speech_example(item, embeddings, "simul", options.schedule, rng, item.target)
             if options.head_labels == "oracle":
                 delays = oracle_delays(correct_matrix(translator, layout, units, words, torch.cat(embeddings)))
             points = decision_points(layout, fmt, translator.tokenizer, units, words, delays)
@@ -269,7 +271,7 @@ def _fit_policy(options, translator, adapter, items, layout, fmt) -> tuple[dict,
         raise SimulmtError("no decision points in the corpus (every utterance is one block)")
     head, fit = fit_head(torch.cat(hidden), torch.cat(labels), seed=options.seed,
                          info={"stage": "policy", "unit": f"{options.block_ms} ms block",
-                               "labels": "oracle" if options.head_labels == "oracle" else f"read-n {options.n_mix}"})
+                               "labels": "oracle" if options.head_labels == "oracle" else options.schedule.describe()})
     return {"fit": fit.to_json()}, head
 
 
