@@ -150,3 +150,24 @@ def test_target_tokens_are_bounded_not_only_words():
     source_tokens = session.state.source_tokens
     assert len(session.target_tokens) == config.max_target_tokens(source_tokens)
     assert session.done and session.result().error is None
+
+
+def test_teacher_forcing_follows_the_forced_tokens_past_every_decoding_bound():
+    """A replay (bench's "same output" check, the parity suite) forces a whole output through another policy: the
+    forced tokens, not the bounds, say where words and the sentence end. Here the output has 8 words where the word
+    cap allows 3 (an output streamed under another policy may pass the cap before its source ends), and one word
+    longer than the per-word token cap."""
+    from helpers import forced_tokens, tiny_translator
+    from simulmt.core.layouts import Expost
+    from simulmt.core.policies import Offline
+    from simulmt.finetune.schedules import offline
+
+    tr = tiny_translator("llama")
+    source, target = "two words", "eins zwei drei vier fünf sechs sieben achtundachtzigtausendneunhundert"
+    example = tr.training_examples(Expost(16), source, target, offline(2, 8))[-1]
+    longest = max(sum(t.unit == j for t in example.tokens if t.role.value == "target") for j in range(8))
+    config = DecodeConfig(max_len_a=1.0, max_len_b=1, max_tokens_per_word=max(1, longest - 1))
+    free = tr.session(Expost(16), Offline(), config=config).run(source)
+    assert len(free.prediction.split()) <= 3  # the bounds hold when the model decodes freely
+    forced = tr.session(Expost(16), Offline(), config=config, forced=forced_tokens(example, tr.fmt.end_id))
+    assert forced.run(source).prediction == target

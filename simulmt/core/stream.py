@@ -299,6 +299,8 @@ class Stream:
                                        f"{self.policy.describe()} which does not let the model end segments")
                 continue
             self._accept(token)
+            if self.forced is not None:  # teacher forcing: the forced tokens say where words and the sentence end
+                continue
             if len(self.current) >= self.config.max_tokens_per_word:
                 self._commit(words)
             if self.source_finished and len(self.written) + bool(self.current) >= self._max_words():
