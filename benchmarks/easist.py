@@ -1,0 +1,339 @@
+"""EASiST for gemma-3-270m En->De end to end: the interleaved text stage, its policy head, the three speech
+stages, and their scores, written to ``docs/easist.md``.
+
+    .venv/bin/python benchmarks/easist.py                       # every stage not done yet, then the page
+    .venv/bin/python benchmarks/easist.py --max-minutes 150     # start no stage after 150 minutes
+    .venv/bin/python benchmarks/easist.py --report-only         # the page from the committed results
+
+Every stage is one ``simulmt`` command (or the synthesiser), run as its own process and listed on the page
+exactly as it ran, with its wall and CPU time. A stage whose output exists is not run again; a training stage cut
+by ``--max-minutes`` saves a checkpoint and the next run resumes it (``--resume``). Scores, training cards and the
+commands go to ``--results`` (committed); models, audio and logs stay in ``--work``. Ship a result with
+``scripts/ship_adapter.py WORK/head ...`` and ``scripts/ship_speech_model.py WORK/sp-policy ...`` once it is worth it.
+
+The data, fixed in advance (no choice is made on a test set):
+
+* text stage: Multi30k train lines ``--text-first`` .. (after the ones the expost adapter it starts from saw),
+  ``--text-pairs`` of them, laid out with ``--policy mixed``: half wait-k (``--k-mix``: long tails after the last
+  read), half read-n (``--n-mix``: chunks of several words); then the policy head on the next ``--head-pairs``
+  lines, with the model's own oracle labels;
+* speech: the text stage's first ``--speech-pairs`` source lines spoken by espeak-ng (simulmt.speech.synth);
+  the test set is Multi30k test2016's first ``--speech-test-lines`` lines spoken with another seed;
+* scores: Multi30k test2016's first ``--test-lines`` lines (text), wait-k and the learned policy at every tau, the
+  shipped interleaved adapter on the same lines for comparison, and the speech model on the spoken test lines,
+  compared with text at the audio's word times (``benchmarks/speech_vs_text.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Plan:
+    data: str = str(ROOT.parent / "shared" / "data")
+    work: str = str(ROOT / "runs" / "easist")
+    results: str = str(ROOT / "docs" / "easist")
+    model: str = "gemma-3-270m"
+    start_adapter: str = "gemma-3-270m-expost-kmix-en-de"  # the text stage continues it ("" : a fresh LoRA)
+    compare_adapter: str = "gemma-3-270m-interleaved-en-de"  # scored on the same lines ("" : none)
+    text_first: int = 9101  # 1-based Multi30k train line where the text stage's pairs start
+    text_pairs: int = 2400
+    head_pairs: int = 600
+    k_mix: str = "1,2,3,5,7"
+    n_mix: str = "1,2,3,4"
+    batch_size: int = 8
+    grad_accum: int = 4
+    test_lines: int = 300
+    ks: str = "1,3,5,7"
+    taus: str = "0.3,0.5,0.7,0.9"
+    speech_pairs: int = 1200
+    speech_test_lines: int = 150
+    encoder: str = "tiny.en"
+    adapter_hidden: int = 512
+    align_steps: int = 300
+    simul_steps: int = 200
+    policy_utterances: int = 300
+    speech_ks: str = "2,4,6"  # wait-k over audio blocks
+    eval_batch: int = 32
+    threads: int = 2
+    max_minutes: float | None = None
+    report_only: bool = False
+
+
+def say(message: str) -> None:
+    print(f"easist: {message}", file=sys.stderr, flush=True)
+
+
+# ---- data ------------------------------------------------------------------------------------------------------
+def lines(path: Path, first: int, count: int | None) -> list[str]:
+    rows = path.read_text(encoding="utf-8").splitlines()[first - 1:]
+    return rows if count is None else rows[:count]
+
+
+def write_data(plan: Plan) -> Path:
+    """The text stage's, the head's and the test set's line files under WORK/data (once)."""
+    out = Path(plan.work) / "data"
+    if (out / "done").is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    m30k = Path(plan.data) / "multi30k"
+    head_first = plan.text_first + plan.text_pairs
+    for name, stem, first, count in (("text", "train", plan.text_first, plan.text_pairs),
+                                     ("head", "train", head_first, plan.head_pairs),
+                                     ("test", "test2016", 1, plan.test_lines),
+                                     ("speech-test", "test2016", 1, plan.speech_test_lines)):
+        for lang in ("en", "de"):
+            rows = lines(m30k / f"{stem}.{lang}", first, count)
+            if len(rows) < count:
+                raise SystemExit(f"{m30k / stem}.{lang} has too few lines for {name}: {len(rows)} < {count}")
+            (out / f"{name}.{lang}").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    (out / "done").write_text("")
+    return out
+
+
+def audio_list(manifest: Path, out: Path) -> tuple[Path, Path]:
+    """A speech corpus's WAV list and references (``evaluate --source-audio``), in manifest order."""
+    rows = [json.loads(line) for line in manifest.read_text(encoding="utf-8").splitlines() if line.strip()]
+    wavs, refs = out / "test.list", out / "test.de"
+    wavs.write_text("\n".join(str((manifest.parent / r["audio"]).resolve()) for r in rows) + "\n")
+    refs.write_text("\n".join(r["target"] for r in rows) + "\n", encoding="utf-8")
+    return wavs, refs
+
+
+# ---- stages ----------------------------------------------------------------------------------------------------
+@dataclass
+class Stage:
+    name: str
+    done: Path  # the stage is done when this exists
+    command: list[str]
+    resumable: Path | None = None  # a checkpoint: when it exists, the command gets --resume
+    timed: bool = False  # the command takes --max-minutes
+
+    @property
+    def finished(self) -> bool:
+        if not self.done.exists():
+            return False
+        if self.name != "text":
+            return True
+        card = self.done.parent.parent / "training.json"  # a text run cut by its time limit saves its adapter too
+        return card.is_file() and not json.loads(card.read_text()).get("stopped_by_time_limit", False)
+
+
+def stages(plan: Plan) -> list[Stage]:
+    w, d = Path(plan.work), Path(plan.work) / "data"
+    cli = [sys.executable, "-m", "simulmt"]
+    synth = [sys.executable, "-m", "simulmt.speech.synth", "corpus"]
+    start = ["--init-adapter", plan.start_adapter] if plan.start_adapter else []
+    head = str(w / "head" / "adapter")
+    speech = ["--corpus", str(w / "speech-train" / "manifest.jsonl"), "--model", plan.model, "--adapter", head,
+              "--encoder", plan.encoder, "--adapter-hidden", str(plan.adapter_hidden)]
+    grid = ["--layouts", "interleaved", "--policies", "wait-k,learned", "--ks", plan.ks, "--taus", plan.taus,
+            "--no-offline", "--batch-size", str(plan.eval_batch), "--dtype", "float32"]
+    text_eval = ["--source", str(d / "test.en"), "--reference", str(d / "test.de"), "--model", plan.model, *grid]
+    out = [
+        Stage("text", w / "text" / "adapter" / "adapter_config.json", [
+            *cli, "finetune", "--train-source", str(d / "text.en"), "--train-target", str(d / "text.de"),
+            "--model", plan.model, "--recipe", "interleaved", "--policy", "mixed", "--k-mix", plan.k_mix,
+            "--n-mix", plan.n_mix, *start, "--batch-size", str(plan.batch_size), "--grad-accum", str(plan.grad_accum),
+            "--epochs", "1", "--save-steps", "10", "--eval-lines", "0", "--output", str(w / "text")],
+            resumable=w / "text", timed=True),
+        Stage("head", w / "head" / "adapter" / "policy_head.safetensors", [
+            *cli, "finetune", "--train-source", str(d / "head.en"), "--train-target", str(d / "head.de"),
+            "--model", plan.model, "--recipe", "policy-head", "--head-labels", "oracle",
+            "--init-adapter", str(w / "text" / "adapter"), "--output", str(w / "head")]),
+        Stage("text-eval", w / "eval-text" / "results.json", [
+            *cli, "evaluate", *text_eval, "--adapter", head, "--output", str(w / "eval-text")]),
+    ]
+    if plan.compare_adapter:
+        out.append(Stage("text-eval-before", w / "eval-text-before" / "results.json", [
+            *cli, "evaluate", *text_eval, "--adapter", plan.compare_adapter, "--output", str(w / "eval-text-before")]))
+    out += [
+        Stage("speech-data", w / "speech-train" / "manifest.jsonl", [
+            *synth, str(d / "text.en"), str(d / "text.de"), str(w / "speech-train"), "--limit",
+            str(plan.speech_pairs)]),
+        Stage("speech-test-data", w / "speech-test" / "manifest.jsonl", [
+            *synth, str(d / "speech-test.en"), str(d / "speech-test.de"), str(w / "speech-test"), "--seed", "1"]),
+        Stage("speech-align", w / "sp-align" / "model" / "speech.json", [
+            *cli, "finetune", "--recipe", "speech-align", *speech, "--steps", str(plan.align_steps),
+            "--batch-size", "8", "--lr", "1e-3", "--save-steps", "10", "--output", str(w / "sp-align")],
+            resumable=w / "sp-align" / "checkpoint.pt", timed=True),
+        Stage("speech-simul", w / "sp-simul" / "model" / "speech.json", [
+            *cli, "finetune", "--recipe", "speech-simul", *speech, "--speech-adapter", str(w / "sp-align" / "model"),
+            "--n-mix", plan.n_mix, "--k-mix", plan.k_mix, "--steps", str(plan.simul_steps), "--batch-size", "8",
+            "--lr", "5e-4", "--save-steps", "10", "--output", str(w / "sp-simul")],
+            resumable=w / "sp-simul" / "checkpoint.pt", timed=True),
+        Stage("speech-policy", w / "sp-policy" / "model" / "speech.json", [
+            *cli, "finetune", "--recipe", "speech-policy", *speech, "--speech-adapter", str(w / "sp-simul" / "model"),
+            "--head-labels", "oracle", "--limit", str(plan.policy_utterances), "--output", str(w / "sp-policy")]),
+        Stage("speech-eval", w / "eval-speech" / "results.json", [
+            *cli, "evaluate", "--source-audio", str(w / "speech-test" / "test.list"), "--reference",
+            str(w / "speech-test" / "test.de"), "--speech-model", str(w / "sp-policy" / "model"), "--layouts",
+            "interleaved", "--policies", "wait-k,learned", "--ks", plan.speech_ks, "--taus", plan.taus,
+            "--no-offline", "--batch-size", str(plan.eval_batch), "--dtype", "float32", "--output",
+            str(w / "eval-speech")]),
+        Stage("speech-bench", Path(plan.results) / "speech-bench.txt", [
+            *cli, "bench", "--audio", str(w / "speech-test" / "test.list"), "--speech-model",
+            str(w / "sp-policy" / "model"), "--lines", "20", "--policy", "wait-k,learned", "--k", "4", "--tau", "0.5",
+            "--threads", str(plan.threads)]),
+        Stage("speech-vs-text", Path(plan.results) / "speech_vs_text.md", [
+            sys.executable, str(ROOT / "benchmarks" / "speech_vs_text.py"), "--text", str(w / "eval-text"),
+            "--speech", str(w / "eval-speech"), "--manifest", str(w / "speech-test" / "manifest.jsonl"),
+            "--markdown", str(Path(plan.results) / "speech_vs_text.md"), "--plot",
+            str(Path(plan.results) / "speech_vs_text.png")]),
+    ]
+    return out
+
+
+def run_stage(plan: Plan, stage: Stage, deadline: float | None) -> bool:
+    """Run one stage (True: it finished). Its command, times and exit status are appended to WORK/stages.jsonl."""
+    command = list(stage.command)
+    if stage.resumable is not None and stage.resumable.exists() and any(
+            p.name.startswith("checkpoint") for p in ([stage.resumable] if stage.resumable.is_file()
+                                                       else stage.resumable.iterdir())):
+        command.append("--resume")
+    if stage.timed and deadline is not None:
+        command += ["--max-minutes", f"{max(1.0, (deadline - time.time()) / 60):.1f}"]
+    if stage.name == "speech-simul" or stage.name == "speech-policy":  # the align stage's encoder blocks, reused
+        out = Path(command[command.index("--output") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / "blocks").exists():
+            (out / "blocks").symlink_to((Path(plan.work) / "sp-align" / "blocks").resolve())
+    say(f"{stage.name}: {shlex.join(command)}")
+    env = {**os.environ, "OMP_NUM_THREADS": str(plan.threads), "MKL_NUM_THREADS": str(plan.threads)}
+    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
+    capture = stage.name == "speech-bench"
+    proc = subprocess.run(command, env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE if capture else None)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if capture and proc.returncode == 0:
+        stage.done.parent.mkdir(parents=True, exist_ok=True)
+        stage.done.write_text(proc.stdout)
+    record = {"stage": stage.name, "command": shlex.join(_portable(command, plan)), "returncode": proc.returncode,
+              "wall_seconds": round(time.time() - started, 1), "cpu_seconds": round(cpu, 1)}
+    with open(Path(plan.work) / "stages.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
+    if stage.name == "speech-test-data" and proc.returncode == 0:
+        audio_list(stage.done, stage.done.parent)
+    return proc.returncode == 0 and stage.finished
+
+
+def _portable(command: list[str], plan: Plan) -> list[str]:
+    """The command as a reader would type it from the repository root."""
+    out = []
+    for part in command:
+        part = ".venv/bin/python" if part == sys.executable else part
+        part = part.replace(str(ROOT) + "/", "")
+        out.append(part.replace(str(Path(plan.data).resolve()), "../shared/data"))
+    return [".venv/bin/simulmt", *out[3:]] if out[1:3] == ["-m", "simulmt"] else out
+
+
+# ---- the page --------------------------------------------------------------------------------------------------
+def collect(plan: Plan) -> None:
+    """Copy what the page shows from WORK into RESULTS (scores, training cards, the stage log)."""
+    w, r = Path(plan.work), Path(plan.results)
+    r.mkdir(parents=True, exist_ok=True)
+    for folder in ("eval-text", "eval-text-before", "eval-speech"):
+        for name in ("results.md", "results.json", "bleu_laal.png"):
+            if (w / folder / name).is_file():
+                (r / folder).mkdir(exist_ok=True)
+                shutil.copyfile(w / folder / name, r / folder / name)
+    for run in ("text", "head", "sp-align", "sp-simul", "sp-policy"):
+        if (w / run / "training.json").is_file():
+            (r / "training").mkdir(exist_ok=True)
+            shutil.copyfile(w / run / "training.json", r / "training" / f"{run}.json")
+    if (w / "stages.jsonl").is_file():
+        shutil.copyfile(w / "stages.jsonl", r / "stages.jsonl")
+
+
+def _section(title: str, path: Path) -> list[str]:
+    if not path.is_file():
+        return [f"## {title}", "", "Not run yet.", ""]
+    text = path.read_text(encoding="utf-8").strip().splitlines()
+    text = [line for line in text if not line.startswith("# ")]  # the file's own title
+    return [f"## {title}", "", *text, ""]
+
+
+def write_page(plan: Plan) -> Path:
+    r = Path(plan.results)
+    page = ["# EASiST for gemma-3-270m En->De: the text stage, the policy head, speech", "",
+            "Generated by `benchmarks/easist.py` (rebuild the page with `--report-only`). Multi30k, greedy, float32; "
+            "text latency in source words, speech latency in ms of audio. The plan, fixed in advance:", "",
+            "```", json.dumps({k: v for k, v in asdict(plan).items()
+                               if k not in ("data", "work", "results", "max_minutes", "report_only")}, indent=1), "```",
+            ""]
+    page += _section("Text: the new interleaved adapter with its policy head", r / "eval-text" / "results.md")
+    if plan.compare_adapter:
+        page += _section(f"Text: {plan.compare_adapter} on the same lines", r / "eval-text-before" / "results.md")
+    page += _section("Speech: the speech model on spoken test lines", r / "eval-speech" / "results.md")
+    page += _section("Speech against text at the audio's word times", r / "speech_vs_text.md")
+    bench = r / "speech-bench.txt"
+    page += ["## Speech compute (`simulmt bench --audio`)", "", "```",
+             *(bench.read_text().strip().splitlines() if bench.is_file() else ["not run yet"]), "```", ""]
+    page += ["## Training", "", "| run | steps | final loss | wall min | CPU min |", "|---|---:|---:|---:|---:|"]
+    for run in ("text", "head", "sp-align", "sp-simul", "sp-policy"):
+        card_path = r / "training" / f"{run}.json"
+        if card_path.is_file():
+            card = json.loads(card_path.read_text())
+            history = card.get("loss_history") or []
+            loss = history[-1]["loss"] if history else card.get("fit", {}).get("train_loss")
+            page.append(f"| {run} | {card.get('steps', '-')} | {loss if loss is not None else '-'} | "
+                        f"{card.get('seconds', 0) / 60:.1f} | {card.get('cpu_seconds', 0) / 60:.1f} |")
+    page += ["", "## Commands, as run", ""]
+    log = r / "stages.jsonl"
+    for line in (log.read_text().splitlines() if log.is_file() else []):
+        s = json.loads(line)
+        status = "" if s["returncode"] == 0 else f" (exit {s['returncode']})"
+        page += [f"- {s['stage']}{status}: {s['wall_seconds'] / 60:.1f} min wall, {s['cpu_seconds'] / 60:.1f} min CPU",
+                 "", f"  `{s['command']}`", ""]
+    path = r.parent / "easist.md"
+    path.write_text("\n".join(page) + "\n", encoding="utf-8")
+    say(f"wrote {path}")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for f in fields(Plan):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, action="store_true")
+        else:
+            kind = {"int": int, "float": float, "float | None": float}.get(str(f.type), str)
+            parser.add_argument(flag, type=kind, default=f.default)
+    plan = Plan(**vars(parser.parse_args(argv)))
+    deadline = time.time() + plan.max_minutes * 60 if plan.max_minutes else None
+    finished = True
+    if not plan.report_only:
+        Path(plan.work).mkdir(parents=True, exist_ok=True)
+        write_data(plan)
+        for stage in stages(plan):
+            if stage.finished:
+                continue
+            if deadline is not None and time.time() > deadline:
+                say(f"time is up before {stage.name}; rerun to continue")
+                finished = False
+                break
+            if not run_stage(plan, stage, deadline):
+                say(f"{stage.name} did not finish (a time limit, or an error above); rerun to continue")
+                finished = False
+                break
+        collect(plan)
+    write_page(plan)
+    return 0 if finished else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
