@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,14 +305,10 @@ def write_page(plan: Plan) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from simulmt.cli import add_dataclass_arguments
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in fields(Plan):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, action="store_true")
-        else:
-            kind = {"int": int, "float": float, "float | None": float}.get(str(f.type), str)
-            parser.add_argument(flag, type=kind, default=f.default)
+    add_dataclass_arguments(parser, Plan)
     plan = Plan(**vars(parser.parse_args(argv)))
     deadline = time.time() + plan.max_minutes * 60 if plan.max_minutes else None
     finished = True

@@ -33,7 +33,7 @@ import platform
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import mean, median
 
@@ -639,14 +639,10 @@ def _interpolate(curve: list[tuple[float, float]], x: float) -> float | None:
 
 # ---- driver ----------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
+    from simulmt.cli import add_dataclass_arguments
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in fields(Plan):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, action="store_true")
-        else:
-            kind = {"int": int, "float": float, "int | None": int, "float | None": float}.get(str(f.type), str)
-            parser.add_argument(flag, type=kind, default=f.default)
+    add_dataclass_arguments(parser, Plan)
     plan = Plan(**vars(parser.parse_args(argv)))
     if plan.threads:
         import torch

@@ -58,3 +58,16 @@ def write_test_set(folder, sources: list[str], references: list[str]):
     (folder / "src.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
     (folder / "ref.de").write_text("\n".join(references) + "\n", encoding="utf-8")
     return folder / "src.en", folder / "ref.de"
+
+
+def load_benchmark(name: str):
+    """A script under benchmarks/ imported as a module (registered in sys.modules: dataclasses look it up)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -4,22 +4,18 @@ nothing."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import WhisperConfig
 from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
-from helpers import save_tiny_model
+from helpers import load_benchmark, save_tiny_model
 from test_whisper_ct2 import write_model
 
-ROOT = Path(__file__).resolve().parents[1]
 EN = ["A man rides a bike.", "Two dogs play in the park.", "The girl is reading a book outside.",
       "A woman sings on a stage.", "Children run on the beach.", "An old man sits on a bench.",
       "A cat sleeps in the sun.", "Three boys play football.", "A dog jumps into the water.",
@@ -36,11 +32,7 @@ pytestmark = [pytest.mark.slow,
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("easist", ROOT / "benchmarks" / "easist.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["easist"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("easist")
 
 
 def test_easist_runs_every_stage_writes_the_page_and_resumes(tmp_path):

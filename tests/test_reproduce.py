@@ -3,25 +3,18 @@ the committed results are enough to rebuild the page, and a rerun redoes nothing
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import save_tiny_model
+from helpers import load_benchmark, save_tiny_model
 from tiny_models import CORPUS
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "benchmarks" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("reproduce")
 
 
 def fake_data(folder: Path) -> Path:

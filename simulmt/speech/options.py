@@ -69,25 +69,11 @@ class SpeechTrainOptions:
 
     @property
     def ns(self) -> list[int]:
-        try:
-            ns = [int(v) for v in self.n_mix.split(",") if v.strip()]
-        except ValueError:
-            raise SimulmtError(f"--n-mix takes comma-separated integers, got {self.n_mix!r}") from None
-        if not ns or min(ns) < 1:
-            raise SimulmtError(f"--n-mix takes integers of at least 1, got {self.n_mix!r}")
-        return ns
+        return _positive_ints(self.n_mix, "--n-mix")
 
     @property
     def ks(self) -> list[int]:
-        if self.k_mix is None:
-            return []
-        try:
-            ks = [int(v) for v in self.k_mix.split(",") if v.strip()]
-        except ValueError:
-            raise SimulmtError(f"--k-mix takes comma-separated integers, got {self.k_mix!r}") from None
-        if not ks or min(ks) < 1:
-            raise SimulmtError(f"--k-mix takes integers of at least 1, got {self.k_mix!r}")
-        return ks
+        return [] if self.k_mix is None else _positive_ints(self.k_mix, "--k-mix")
 
     @property
     def schedule(self):
@@ -102,3 +88,13 @@ class SpeechTrainOptions:
         if self.block_ms <= 0 or self.block_ms % 40 or self.left_context_ms < 0 or self.left_context_ms % 20:
             raise SimulmtError(f"--block-ms must be a positive multiple of 40 and --left-context-ms a multiple of 20 "
                                f"(at least 0), got {self.block_ms} and {self.left_context_ms}")
+
+
+def _positive_ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SimulmtError(f"{flag} takes comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise SimulmtError(f"{flag} takes integers of at least 1, got {text!r}")
+    return values
