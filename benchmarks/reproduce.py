@@ -485,6 +485,7 @@ def _training(plan: Plan) -> list[str]:
                            f"{c['steps']} | {seen:,} | {c['tokens_seen_total']:,} | "
                            f"{c.get('cpu_seconds_total', 0) / 60:.0f} | "
                            f"{c['loss_history'][-1]['loss'] if c['loss_history'] else float('nan'):.3f} |")
+        out += [f"- {name}: {cards[name]['note']}." for name in METHODS if cards.get(name, {}).get("note")]
         out.append("")
     slots = folder / "slot_lengths.json"
     if slots.is_file():
