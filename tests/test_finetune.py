@@ -3,6 +3,7 @@ streaming inference, a few training steps, resuming, and the command line."""
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 
@@ -273,7 +274,8 @@ def test_the_mixed_schedule_draws_wait_k_and_read_n_per_pair(corpus, tmp_path):
                    dry_run=True)
     recipe = make_recipe(opts)
     assert recipe.inference()["policy"] == "wait-k" and recipe.inference()["k"] == 3
-    card = finetune(opts, translator=fresh_translator("llama"), progress=False)
+    tok = copy.deepcopy(make_tokenizer(chat=True))  # the recipe adds its markers: not to the shared tokenizer
+    card = finetune(opts, translator=Translator(make_model("llama", len(tok)), tok), progress=False)
     families = {name.split("-")[0] for name in card["data"]["schedules"]}
     assert families == {"wait", "read"}
 

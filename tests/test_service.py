@@ -308,3 +308,29 @@ def test_a_clients_next_sentence_runs_while_the_previous_one_finishes_and_words_
     assert [w["sentence"] for w in words] == sorted(w["sentence"] for w in words)
     assert all(a["elapsed_ms"] <= b["elapsed_ms"] for a, b in zip(words, words[1:]))
     assert overlapped[-1] == {"type": "end"} and not hub.engine.streams and hub.engine.cache.rows == 0
+
+
+def test_sentences_that_fail_are_reported_and_the_talk_goes_on_with_overlap():
+    # the tiny model writes until its 512-position context overflows on some sentences: those end with an error
+    hub = Hub(tiny_translator("llama"), max_streams=4, max_words=64, overlap=2)
+    messages, ended = [], threading.Event()
+
+    def sink(message):
+        messages.append(message)
+        if message["type"] == "end":
+            ended.set()
+
+    hub.start()
+    client = hub.admit()
+    hub.send("open", client, ({"layout": "expost", "policy": "wait-k", "k": 2}, sink))
+    sentence = "the children play in the garden and the weather is nice today ."
+    hub.send("text", client, " ".join((sentence.split() * 10)[:130]))
+    hub.send("end", client)
+    assert ended.wait(120)
+    hub.stop()
+    errors = [m for m in messages if m["type"] == "error"]
+    sentences = [m for m in messages if m["type"] == "sentence"]
+    assert errors and all("context" in m["message"] for m in errors)
+    assert [m["index"] for m in sentences] == list(range(len(sentences))) and len(sentences) >= 3  # all, in order
+    assert sum(len(m["source"].split()) for m in sentences) == 130
+    assert not hub.engine.streams and hub.engine.cache.rows == 0

@@ -193,20 +193,22 @@ class Hub:
             self.metrics.forwards_total += 1
             self.metrics.rows_total += self.engine.stats.batch_sizes[-1]
             self.metrics.forward_seconds_total += time.perf_counter() - started
-        for event in events:
+        ended: dict[int, Client] = {}  # clients with a sentence that ended this round
+        for event in events:  # every word of the round is sent or held before any sentence is reported
             client = self.owner.get(id(event.stream))
             if client is None:
                 continue
-            oldest = event.stream is client.sentences[0]
-            if oldest:
+            if event.stream is client.sentences[0]:
                 self._send_words(client, event.words)
             else:  # an earlier sentence is still running: its words go first
                 client.held.setdefault(id(event.stream), []).extend(event.words)
             if event.status is Status.DONE:
-                if oldest:
-                    self._sentence_done(client, event.stream, event.error)
-                else:
-                    client.finished[id(event.stream)] = event.error
+                client.finished[id(event.stream)] = event.error
+                ended[client.id] = client
+        for client in ended.values():
+            if client.sentences and id(client.sentences[0]) in client.finished:
+                first = client.sentences[0]
+                self._sentence_done(client, first, client.finished.pop(id(first)))
         return any(e.status is Status.NEEDS_MODEL for e in events)
 
     def _send_words(self, client: Client, words) -> None:
@@ -236,8 +238,8 @@ class Hub:
             if id(nxt) in client.finished or (nxt.done and not self._running(nxt)):  # done already (or empty)
                 self._sentence_done(client, nxt, client.finished.pop(id(nxt), None))
                 return
-            for waiting in client.sentences[: self.overlap]:
-                if not self._running(waiting) and not waiting.done:
+            for waiting in client.sentences[: self.overlap]:  # never served yet (one that ended is in finished)
+                if not (self._running(waiting) or waiting.done or waiting.fed or id(waiting) in client.finished):
                     self.engine.add(waiting)
                     self._joined = True  # it has not been stepped yet: one more round
         elif client.ending:
