@@ -254,7 +254,7 @@ def test_live_text_keeps_partial_words_and_cuts_sentences():
     assert LiveText().end() == []
 
 
-def run_hub(sentences: list[str], overlap: int) -> tuple[list[dict], Hub, list[bool]]:
+def run_hub(sentences: list[str], overlap: int, k: int = 3) -> tuple[list[dict], Hub, list[bool]]:
     """One client's talk straight through a hub (no server): all of it at once, then end."""
     hub = Hub(tiny_translator("llama"), max_streams=4, max_words=64, overlap=overlap)
     held_done = []  # whether a later sentence had finished while an earlier one still ran, per round
@@ -276,7 +276,7 @@ def run_hub(sentences: list[str], overlap: int) -> tuple[list[dict], Hub, list[b
 
     hub.start()
     client = hub.admit()
-    hub.send("open", client, ({"layout": "expost", "policy": "wait-k", "k": 3}, sink))
+    hub.send("open", client, ({"layout": "expost", "policy": "wait-k", "k": k}, sink))
     hub.send("text", client, " ".join(sentences))
     hub.send("end", client)
     assert ended.wait(120)
@@ -312,22 +312,8 @@ def test_a_clients_next_sentence_runs_while_the_previous_one_finishes_and_words_
 
 def test_sentences_that_fail_are_reported_and_the_talk_goes_on_with_overlap():
     # the tiny model writes until its 512-position context overflows on some sentences: those end with an error
-    hub = Hub(tiny_translator("llama"), max_streams=4, max_words=64, overlap=2)
-    messages, ended = [], threading.Event()
-
-    def sink(message):
-        messages.append(message)
-        if message["type"] == "end":
-            ended.set()
-
-    hub.start()
-    client = hub.admit()
-    hub.send("open", client, ({"layout": "expost", "policy": "wait-k", "k": 2}, sink))
     sentence = "the children play in the garden and the weather is nice today ."
-    hub.send("text", client, " ".join((sentence.split() * 10)[:130]))
-    hub.send("end", client)
-    assert ended.wait(120)
-    hub.stop()
+    messages, hub, _ = run_hub([" ".join((sentence.split() * 10)[:130])], overlap=2, k=2)
     errors = [m for m in messages if m["type"] == "error"]
     sentences = [m for m in messages if m["type"] == "sentence"]
     assert errors and all("context" in m["message"] for m in errors)
