@@ -23,6 +23,7 @@ from simulmt.core.layouts import Interleaved
 from simulmt.core.markers import add_interleaved_markers
 from simulmt.core.placed import embedded_units
 from simulmt.core.policies import Scheduled, WaitK
+from simulmt.models import model_dtype
 from simulmt.parity import forced_tokens
 from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
 from simulmt.speech.model import SpeechTranslator
@@ -65,11 +66,11 @@ def main() -> None:
     parser.add_argument("--left-context-ms", type=int, default=5120)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    dtype = getattr(torch, args.dtype)
+    dtype, _ = model_dtype(args.dtype)  # the encoder and adapter run in it; the LLM may be float16-packed
     if args.speech_model:
-        speech = SpeechTranslator.load(args.speech_model, dtype=dtype)
+        speech = SpeechTranslator.load(args.speech_model, dtype=args.dtype)
     else:
-        tr = Translator.load(args.model, adapter="none", dtype=dtype)
+        tr = Translator.load(args.model, adapter="none", dtype=args.dtype)
         add_interleaved_markers(tr.model, tr.tokenizer)
         tr = Translator(tr.model, tr.tokenizer, name=tr.name)
         encoder, extractor = whisper_encoder(args.encoder, dtype=dtype)

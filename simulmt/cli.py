@@ -162,12 +162,11 @@ def dataclass_from_namespace(cls: type, namespace: argparse.Namespace):
 # ---- the model (tests replace this) ------------------------------------------------------------------------------
 def _load_translator(*, model: str | None, adapter: str | None, source_lang: str = "en",
                      target_lang: str = "de", device: str | None = None, dtype: str = "float32") -> "Translator":
-    import torch
 
     from simulmt.translator import Translator
 
     return Translator.load(model or DEFAULT_MODEL, adapter, source_lang=source_lang, target_lang=target_lang,
-                           device=device, dtype=getattr(torch, dtype))
+                           device=device, dtype=dtype)
 
 
 def _stdout_is_terminal() -> bool:
@@ -372,7 +371,6 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
         parser.error("--speech-model DIR translates speech: give the WAV file with --audio")
     if options.input != "-":
         parser.error("--audio translates a WAV file: give no text input file with it")
-    import torch
 
     from simulmt.speech.model import SpeechTranslator, default_speech_model
     from simulmt.speech.translate_audio import read_audio, translate_audio
@@ -380,7 +378,7 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
     try:
         read_audio(options.audio)  # a bad file fails before the model loads
         speech = SpeechTranslator.load(options.speech_model or default_speech_model(), device=options.device,
-                                       dtype=getattr(torch, options.dtype))
+                                       dtype=options.dtype)
         return translate_audio(speech, options.audio, options.session_kwargs(), options.jsonl)
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)

@@ -848,12 +848,11 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
         parser.error(str(exc))
     try:
         if options.source_audio:
-            import torch
 
             from simulmt.speech.model import SpeechTranslator, default_speech_model
 
             translator = SpeechTranslator.load(options.speech_model or default_speech_model(), device=options.device,
-                                               dtype=getattr(torch, options.dtype))
+                                               dtype=options.dtype)
         else:
             translator = load_translator(model=options.model, adapter=options.adapter,
                                          source_lang=options.source_lang, target_lang=options.target_lang,

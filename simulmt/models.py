@@ -35,6 +35,7 @@ import torch
 
 from simulmt.adapters import resolve_adapter
 from simulmt.errors import ModelNotFoundError, SimulmtError
+from simulmt.core.packed_linear import pack_linears
 from simulmt.core.vocabulary import mark_special_tokens
 
 if TYPE_CHECKING:
@@ -473,11 +474,26 @@ def _load_adapter(model, adapter: str | Path, merge: bool, tokenizer=None):
         ) from exc
 
 
+PACKED = "float16-packed"
+
+
+def model_dtype(dtype: torch.dtype | str) -> tuple[torch.dtype, bool]:
+    """A dtype or its name -> (the dtype the model loads in, whether its linear layers are then packed)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype, False
+    if dtype == PACKED:
+        return torch.float32, True
+    value = getattr(torch, str(dtype), None)
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise SimulmtError(f"unknown dtype {dtype!r}: use float32, bfloat16, float16 or {PACKED}")
+    return value, False
+
+
 def load_model(
     name: str = DEFAULT_MODEL,
     adapter: str | None = None,
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | str = torch.float32,
     attn_implementation: str = "sdpa",
     cache_dir: str | Path | None = None,
     device: str | None = None,
@@ -489,12 +505,15 @@ def load_model(
     shipped adapter's name, or a PEFT adapter directory (see :mod:`simulmt.adapters`). The adapter is merged into
     the weights (``merge_adapter``; about twice as fast to run) unless that is turned off.
     ``device``: where the model runs; default ``cuda`` when a GPU is visible, else ``cpu``.
+    ``dtype``: a torch dtype or its name, or ``"float16-packed"``: float32 with every linear layer's weights in
+    float16 prepacked for fbgemm (CPU only; :mod:`simulmt.core.packed_linear`).
 
     See the module docstring for how ``name`` is resolved. Raises
     :class:`ModelNotFoundError` when ``name`` resolves to nothing, and
     :class:`SimulmtError` for a missing or unusable adapter.
     """
     name = str(name)
+    dtype, packed = model_dtype(dtype)
     loaded = None
     tried: list[str] = []
 
@@ -545,6 +564,8 @@ def load_model(
         model = _load_adapter(model, resolved[1], merge_adapter, tokenizer)
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.eval()
+    if packed:
+        pack_linears(model)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,

@@ -16,6 +16,7 @@ import torch
 
 from simulmt.errors import SimulmtError
 from simulmt.core.alibi import Alibi, adopt_alibi
+from simulmt.core.packed_linear import PackedLinear, packed_weight_count
 from simulmt.core.visibility import Distance, additive, key_distances, sliding
 
 
@@ -43,9 +44,12 @@ def _text_config(model):
 def compute_model(model) -> ComputeModel:
     config = _text_config(model)
     inp, out = model.get_input_embeddings(), model.get_output_embeddings()
-    total = sum(p.numel() for p in model.parameters())
+    total = sum(p.numel() for p in model.parameters()) + packed_weight_count(model)
     embedding = inp.weight.numel()
-    head = 0 if out is None or out.weight is inp.weight else out.weight.numel()
+    if isinstance(out, PackedLinear):  # its own packed copy, counted in total even when it was tied
+        head = out.in_features * out.out_features
+    else:
+        head = 0 if out is None or out.weight is inp.weight else out.weight.numel()
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     return ComputeModel(non_embedding_params=total - embedding - head, layers=config.num_hidden_layers,
                         attention_width=config.num_attention_heads * head_dim, hidden=config.hidden_size,

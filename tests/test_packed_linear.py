@@ -1,0 +1,99 @@
+"""float16-packed weights (simulmt/core/packed_linear.py): the layer computes with the float16-rounded weights in
+float32, a packed model keeps the engine's invariant (batched == one stream), counts the same FLOPs, loads by name,
+and refuses what it cannot run."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import save_tiny_model
+from simulmt.core.engine import Engine, run_batched
+from simulmt.core.packed_linear import PackedLinear, fbgemm_available, pack_linears
+from simulmt.core.runner import compute_model
+from simulmt.errors import SimulmtError
+from simulmt.models import load_model, model_dtype
+from simulmt.translator import Translator
+from test_engine import MIX, alone, assert_same, jobs
+from tiny_models import make_model, make_tokenizer
+
+pytestmark = pytest.mark.skipif(not fbgemm_available(), reason="torch has no fbgemm backend on this CPU")
+
+
+def test_a_packed_layer_computes_with_its_weights_rounded_to_float16():
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 80)
+    packed = PackedLinear(linear)
+    x = torch.randn(2, 5, 48)
+    expected = nn.functional.linear(x, linear.weight.half().float(), linear.bias)
+    assert torch.allclose(packed(x), expected, atol=1e-5, rtol=1e-5)
+    assert packed(x).shape == (2, 5, 80) and packed(x).dtype == torch.float32
+    weight, bias = packed.unpacked()
+    assert torch.equal(weight, linear.weight.half().float())
+    assert torch.equal(bias, linear.bias)
+    # a row's output does not depend on the rows beside it (no activation is quantized)
+    rows = torch.randn(16, 48) * 3
+    alone_rows = torch.cat([packed(rows[i:i + 1]) for i in range(16)])
+    assert torch.allclose(packed(rows), alone_rows, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_a_packed_model_gives_nearly_its_float32_logits_and_the_same_flops(arch):
+    tok = make_tokenizer(chat=True)
+    model = make_model(arch, len(tok))
+    packed = copy.deepcopy(model)
+    linears = sum(type(m) is nn.Linear for m in model.modules())
+    assert pack_linears(packed) == linears and not any(type(m) is nn.Linear for m in packed.modules())
+    ids = torch.tensor([[5, 9, 13, 2, 7]])
+    with torch.no_grad():
+        a, b = model(input_ids=ids).logits, packed(input_ids=ids).logits
+    assert float((a - b).abs().max()) < 2e-2 * max(1.0, float(a.abs().max()))
+    assert compute_model(packed) == compute_model(model)
+
+
+def test_a_packed_model_keeps_batched_equal_to_one_stream():
+    tok = make_tokenizer(chat=True)
+    model = make_model("gemma3", len(tok))
+    pack_linears(model)
+    tr = Translator(model, tok, name="tiny-gemma3-packed")
+    work = jobs()
+    singles = [alone(tr, *job) for job in work]
+    streams = []
+    for text, layout, policy in work:
+        stream = tr.new_stream(layout, policy, record=True)
+        stream.push(text.split(), finished=True)
+        streams.append(stream)
+    run_batched(streams, Engine(tr.runner), batch_size=4)
+    assert len(MIX) == 8
+    for single, stream in zip(singles, streams):
+        assert_same(single, stream)
+
+
+def test_load_model_packs_by_name_and_refuses_unknown_dtypes(tmp_path):
+    folder = save_tiny_model(tmp_path / "tiny")
+    loaded = load_model(str(folder), dtype="float16-packed", device="cpu")
+    assert any(isinstance(m, PackedLinear) for m in loaded.model.modules())
+    assert isinstance(loaded.model.get_output_embeddings(), PackedLinear)
+    assert model_dtype("bfloat16") == (torch.bfloat16, False)
+    assert model_dtype("float16-packed") == (torch.float32, True)
+    for name in ("int3", "fp32"):
+        with pytest.raises(SimulmtError, match=f"unknown dtype '{name}'"):
+            model_dtype(name)
+
+
+def test_packing_refuses_what_it_cannot_run():
+    with pytest.raises(SimulmtError, match="float32 model"):
+        pack_linears(nn.Sequential(nn.Linear(4, 4)).to(torch.bfloat16))
+    big = nn.Linear(4, 4)
+    with torch.no_grad():
+        big.weight[0, 0] = 1e6
+    with pytest.raises(SimulmtError, match="beyond float16's range"):
+        pack_linears(nn.Sequential(big))
+    peft = pytest.importorskip("peft")
+    tok = make_tokenizer(chat=True)
+    lora = peft.get_peft_model(make_model("llama", len(tok)), peft.LoraConfig(r=2, target_modules=["q_proj"]))
+    with pytest.raises(SimulmtError, match="adapter merged"):
+        pack_linears(lora)
