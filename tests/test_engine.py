@@ -60,9 +60,8 @@ def assert_same(single, batched):
         assert float((p.logits - q.logits).abs().max()) <= TOLERANCE * scale
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_batched_equals_one_stream_with_everything_mixed(arch):
-    tr = tiny_translator(arch)
+def assert_batched_equals_alone(tr) -> None:
+    """``jobs()`` run alone and through 4 engine rows (10 streams: they join and leave mid-run) give the same."""
     work = jobs()
     singles = [alone(tr, *job) for job in work]
     streams = []
@@ -71,11 +70,16 @@ def test_batched_equals_one_stream_with_everything_mixed(arch):
         stream.push(text.split(), finished=True)
         streams.append(stream)
     engine = Engine(tr.runner)
-    run_batched(streams, engine, batch_size=4)  # 10 streams through 4 rows: they join and leave mid-run
+    run_batched(streams, engine, batch_size=4)
     assert not engine.streams and engine.cache.rows == 0
     assert max(engine.stats.batch_sizes) == 4 and min(engine.stats.batch_sizes) < 4
     for single, stream in zip(singles, streams):
         assert_same(single, stream)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_batched_equals_one_stream_with_everything_mixed(arch):
+    assert_batched_equals_alone(tiny_translator(arch))
 
 
 def test_translate_many_equals_translate_in_input_order():

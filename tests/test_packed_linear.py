@@ -11,13 +11,12 @@ import torch
 from torch import nn
 
 from helpers import save_tiny_model
-from simulmt.core.engine import Engine, run_batched
 from simulmt.core.packed_linear import PackedLinear, fbgemm_available, pack_linears
 from simulmt.core.runner import compute_model
 from simulmt.errors import SimulmtError
 from simulmt.models import load_model, model_dtype
 from simulmt.translator import Translator
-from test_engine import MIX, alone, assert_same, jobs
+from test_engine import assert_batched_equals_alone
 from tiny_models import make_model, make_tokenizer
 
 pytestmark = pytest.mark.skipif(not fbgemm_available(), reason="torch has no fbgemm backend on this CPU")
@@ -58,18 +57,7 @@ def test_a_packed_model_keeps_batched_equal_to_one_stream():
     tok = make_tokenizer(chat=True)
     model = make_model("gemma3", len(tok))
     pack_linears(model)
-    tr = Translator(model, tok, name="tiny-gemma3-packed")
-    work = jobs()
-    singles = [alone(tr, *job) for job in work]
-    streams = []
-    for text, layout, policy in work:
-        stream = tr.new_stream(layout, policy, record=True)
-        stream.push(text.split(), finished=True)
-        streams.append(stream)
-    run_batched(streams, Engine(tr.runner), batch_size=4)
-    assert len(MIX) == 8
-    for single, stream in zip(singles, streams):
-        assert_same(single, stream)
+    assert_batched_equals_alone(Translator(model, tok, name="tiny-gemma3-packed"))
 
 
 def test_load_model_packs_by_name_and_refuses_unknown_dtypes(tmp_path):
