@@ -17,6 +17,7 @@ Read it bottom up, each file one concept:
   are token ids, or embeddings (speech blocks) that the engine feeds in place of token embeddings;
 * ``alibi``: ALiBi models (Bloom, Falcon-RW), their bias carried by the masks;
 * ``batch_cache``, ``runner``, ``engine``: many streams served by one model, one packed forward per round;
+* ``packed_linear``: linear weights in float16 prepacked for fbgemm (CPU), a model-side option of the runner;
 * ``session``: one stream with an engine of its own (the live API for one sentence).
 
 Nothing here imports from the tools above it (translator, CLI, evaluation, benchmarks, fine-tuning, agent).
