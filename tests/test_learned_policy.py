@@ -19,8 +19,8 @@ from simulmt.core.layouts import Expost, Interleaved
 from simulmt.core.learned_policy import HEAD_FILE, Learned, PolicyHead
 from simulmt.core.prompt_format import source_units
 from simulmt.errors import SimulmtError
-from simulmt.finetune.policy_head import fit_head
-from simulmt.finetune.schedules import read_n, wait_k
+from simulmt.finetune.policy_head import collect, fit_head
+from simulmt.finetune.schedules import Schedule, read_n, wait_k
 from simulmt.translator import Translator
 from tiny_models import CORPUS, make_model, make_tokenizer
 
@@ -123,6 +123,20 @@ def test_fit_head_separates_and_reads_raw_hidden_states(tmp_path):
     assert torch.equal(again.weight, head.weight) and again.info["fit"]["rows"] == fit.rows
     with pytest.raises(SimulmtError, match="both READ and WRITE"):
         fit_head(hidden, torch.zeros(400, dtype=torch.long))
+
+
+def test_collecting_hidden_states_without_a_terminal_prints_a_line_per_tenth(capsys):
+    @dataclass
+    class Pair:
+        source: str
+        target: str
+
+    tr = tiny_interleaved_translator("llama")
+    pairs = [Pair(" ".join(SOURCE.split()[: 3 + i % 4]), " ".join(TARGET.split()[: 3 + i % 3])) for i in range(20)]
+    hidden, labels = collect(tr, Interleaved(), pairs, Schedule("read-n", n=2), progress=False)
+    assert hidden.shape[0] == labels.shape[0] > 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "hidden states of" in line]
+    assert [line.split(" of ")[1].split(" pairs")[0] for line in lines] == [f"{i}/20" for i in range(2, 20, 2)]
 
 
 def test_policy_errors():

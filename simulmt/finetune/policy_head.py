@@ -57,7 +57,12 @@ def collect(translator, layout, pairs, schedule, seed: int = 0, progress: bool =
     rng = random.Random(seed)
     hidden, labels = [], []
     runner = translator.runner
-    for pair in tqdm(pairs, desc="policy head: hidden states", unit="pair", disable=not progress):
+    pairs, started = list(pairs), time.time()
+    every = max(1, len(pairs) // 10)  # without a terminal (a log file): a line per tenth instead of the bar
+    for done, pair in enumerate(tqdm(pairs, desc="policy head: hidden states", unit="pair", disable=not progress)):
+        if not progress and done and done % every == 0:
+            print(f"policy head: hidden states of {done}/{len(pairs)} pairs ({time.time() - started:.0f} s)",
+                  file=sys.stderr, flush=True)
         words, target_words = pair.source.split(), pair.target.split()
         units = source_units(translator.tokenizer, translator.fmt, words)
         if oracle:
