@@ -434,12 +434,14 @@ def _from_hub(name: str, dtype: torch.dtype, attn: str, cache_dir: str | Path | 
         return note or _short_reason(exc)
 
 
-def _adapter_has_markers(path: Path) -> bool:
-    """Was the adapter trained with the interleaved layout's marker tokens (saved in its tokenizer files)?"""
-    from simulmt.core.prompt_format import END_OF_READ
+def _adapter_markers(path: Path) -> tuple[str, ...]:
+    """The interleaved layout's marker tokens the adapter was trained with (saved in its tokenizer files): all of
+    ``MARKERS``, the two of ``MARKERS_V1``, or none."""
+    from simulmt.core.markers import MARKERS
 
     config = path / "tokenizer_config.json"  # it lists the added tokens (tokenizer.json is ~33 MB for Gemma)
-    return config.is_file() and END_OF_READ in config.read_text(encoding="utf-8", errors="replace")
+    text = config.read_text(encoding="utf-8", errors="replace") if config.is_file() else ""
+    return tuple(m for m in MARKERS if m in text)
 
 
 def _load_adapter(model, adapter: str | Path, merge: bool, tokenizer=None):
@@ -453,10 +455,11 @@ def _load_adapter(model, adapter: str | Path, merge: bool, tokenizer=None):
         raise SimulmtError(
             f"Not a PEFT adapter directory (no adapter_config.json): {path}"
         )
-    if tokenizer is not None and _adapter_has_markers(path):
+    markers = _adapter_markers(path) if tokenizer is not None else ()
+    if markers:
         from simulmt.core.markers import add_interleaved_markers
 
-        ids = add_interleaved_markers(model, tokenizer)
+        ids = add_interleaved_markers(model, tokenizer, markers)
         trained = json.loads((path / "adapter_config.json").read_text()).get("trainable_token_indices")
         trained = trained if isinstance(trained, list) else sorted({i for v in (trained or {}).values() for i in v})
         if trained and sorted(trained) != sorted(ids):

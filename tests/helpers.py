@@ -22,14 +22,15 @@ def tiny_translator(arch: str = "llama", chat: bool = True) -> Translator:
 
 
 @functools.lru_cache(maxsize=None)
-def tiny_interleaved_translator(arch: str = "llama") -> Translator:
-    """A tiny translator whose tokenizer and model have the interleaved layout's two marker tokens."""
-    from simulmt.core.markers import add_interleaved_markers
+def tiny_interleaved_translator(arch: str = "llama", two_markers: bool = False) -> Translator:
+    """A tiny translator whose tokenizer and model have the interleaved layout's marker tokens (``two_markers``:
+    only end-of-read and end-of-write, as adapters trained before end-of-translation)."""
+    from simulmt.core.markers import MARKERS, MARKERS_V1, add_interleaved_markers
 
     tok = copy.deepcopy(make_tokenizer(chat=True))  # the shared tokenizer must not get the markers
     model = make_model(arch, len(tok))
-    add_interleaved_markers(model, tok)
-    return Translator(model, tok, name=f"tiny-{arch}-interleaved")
+    add_interleaved_markers(model, tok, MARKERS_V1 if two_markers else MARKERS)
+    return Translator(model, tok, name=f"tiny-{arch}-interleaved" + ("-v1" if two_markers else ""))
 
 
 def positions_of_targets(tokens) -> list[int]:

@@ -171,3 +171,48 @@ def test_teacher_forcing_follows_the_forced_tokens_past_every_decoding_bound():
     assert len(free.prediction.split()) <= 3  # the bounds hold when the model decodes freely
     forced = tr.session(Expost(16), Offline(), config=config, forced=forced_tokens(example, tr.fmt.end_id))
     assert forced.run(source).prediction == target
+
+
+def interleaved_steered_to_end_of_write(markers: tuple[str, ...]) -> Translator:
+    """A tiny interleaved translator (with ``markers``) whose model always wants to end its chunk."""
+    import copy
+
+    from simulmt.core.markers import add_interleaved_markers
+
+    tok = copy.deepcopy(make_tokenizer(chat=True))  # the shared tokenizer must not get the markers
+    model = make_model("llama", len(tok))
+    add_interleaved_markers(model, tok, markers)
+    tr = Translator(model, tok, name="steered-interleaved")
+    forward, eow = tr.runner.forward_packed, tr.fmt.end_of_write
+
+    def steered_forward(*args, **kwargs):
+        logits, hidden = forward(*args, **kwargs)
+        logits[:, eow] += 100.0
+        return logits, hidden
+
+    tr.runner.forward_packed = steered_forward
+    return tr
+
+
+@pytest.mark.parametrize("policy", ["offline", "wait-k"])
+def test_end_of_write_cannot_end_the_translation_once_the_source_is_complete(policy):
+    """With the end-of-translation marker, end-of-write (read more) is not proposed once nothing is left to read:
+    a model that always wants it still writes a translation, and ends it otherwise. Adapters with two markers
+    end as before: at the first end-of-write after the source is complete."""
+    from simulmt.core.markers import MARKERS, MARKERS_V1
+
+    new = interleaved_steered_to_end_of_write(MARKERS)
+    session = new.session("interleaved", policy, record=True, k=3)
+    session.run(SOURCE)
+    result = session.result()
+    assert result.prediction and result.error is None
+    eow = [p for p in session.proposals if p.token == new.fmt.end_of_write]
+    if policy == "offline":  # every proposal comes after the whole source was read
+        assert not eow
+    else:  # end-of-write proposed while source was left is a READ; the last proposal is not one
+        assert len(eow) <= len(SOURCE.split()) and session.proposals[-1].token != new.fmt.end_of_write
+    old = interleaved_steered_to_end_of_write(MARKERS_V1)
+    session = old.session("interleaved", policy, record=True, k=3)
+    session.run(SOURCE)
+    assert session.proposals[-1].token == old.fmt.end_of_write
+    assert len(session.result().prediction.split()) < len(result.prediction.split())

@@ -94,8 +94,10 @@ def test_every_recipe_labels_the_target_and_the_end(name):
     policy = "offline" if name == "offline" else ("read-n" if name == "conversation" else "wait-k")
     examples, _ = layout_items(tr, recipe(name, policy), [(SOURCE, TARGET)])
     labels = [label for ex in examples for label in ex.labels if label != IGNORE]
-    end = tr.fmt.end_of_write if interleaved else tr.fmt.end_id  # interleaved chunks end with <|end-of-write|>
+    end = tr.fmt.end_of_translation if interleaved else tr.fmt.end_id  # the translation's end is labelled
     assert labels[-1] == end
+    if interleaved:  # chunks end with <|end-of-write|>, the last with <|end-of-translation|>
+        labels = [end if label == tr.fmt.end_of_write else label for label in labels]
     assert _segments_text(tr.tokenizer, labels, end) == TARGET
     if name == "prefix":
         assert len(examples) > 1  # one example per read point

@@ -4,6 +4,7 @@ logits in test_parity.py)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -213,7 +214,7 @@ def test_the_interleaved_adapter_stores_only_the_marker_rows_and_reloads_exactly
     stored = load_file(adapter / "adapter_model.safetensors")
     assert not any(k.endswith(("embed_tokens.weight", "lm_head.weight", "base_layer.weight")) for k in stored)
     deltas = [v for k, v in stored.items() if "trainable_tokens_delta" in k]
-    assert deltas and deltas[0].shape[0] == 2 and float(deltas[0].abs().max()) > 0  # trained
+    assert deltas and deltas[0].shape[0] == 3 and float(deltas[0].abs().max()) > 0  # the three markers, trained
     merged = Translator.load(str(model_dir), adapter=str(adapter), device="cpu")
     ids = torch.tensor([[1, 5, 9, merged.fmt.end_of_read, 12, merged.fmt.end_of_write]])
     trained.model.eval()
@@ -281,7 +282,7 @@ def test_the_marker_rows_train_at_their_own_rate(tmp_path):
     from simulmt.core.markers import add_interleaved_markers
     from simulmt.finetune.trainer import SimulTrainer
 
-    tok = make_tokenizer(chat=True)
+    tok = copy.deepcopy(make_tokenizer(chat=True))  # the shared tokenizer must not get the markers
     model = make_model("llama", len(tok))
     ids = add_interleaved_markers(model, tok)
     model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"], trainable_token_indices=list(ids)))
@@ -342,3 +343,15 @@ def test_decision_forwards_skip_the_lm_head_only_where_no_proposal_can_use_it(la
         assert now_rows == proposals < before_rows
     else:
         assert proposals < now_rows < before_rows
+
+
+def test_an_adapter_keeps_the_markers_it_was_trained_with(tmp_path):
+    """Loading grows the base model by exactly the markers in the adapter's tokenizer: two for adapters trained
+    before end-of-translation (their translations end with end-of-write), three since."""
+    from simulmt.core.markers import MARKERS, MARKERS_V1
+    from simulmt.models import _adapter_markers
+
+    for markers in (MARKERS, MARKERS_V1, ()):
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps({"extra_special_tokens": list(markers)}))
+        assert _adapter_markers(tmp_path) == markers
+    assert _adapter_markers(tmp_path / "missing") == ()

@@ -49,7 +49,8 @@ def test_training_forward_equals_streaming(arch, layout, schedule):
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_interleaved_parity(arch, schedule):
-    """EASiST's interleaved layout, on models given its two marker tokens (new embedding rows)."""
+    """EASiST's interleaved layout, on models given its marker tokens (new embedding rows): the last chunk ends
+    with end-of-translation, every other with end-of-write."""
     tr = tiny_interleaved_translator(arch)
     run = teacher_forced_parity(tr, Interleaved(), SOURCE, TARGET, SCHEDULES[schedule])
     assert run.labels >= Y + 1 and run.unmatched == 0
@@ -59,8 +60,23 @@ def test_interleaved_parity(arch, schedule):
     ids = [t.token_id for t in example.tokens]
     delays = SCHEDULES[schedule]  # one target chunk per distinct delay, and one for the end after a final read
     chunks = len(set(delays)) + (max(delays) < X)
+    assert ids.count(tr.fmt.end_of_read) == chunks and ids.count(tr.fmt.end_of_write) == chunks - 1
+    assert ids.count(tr.fmt.end_of_translation) == 1 and example.tokens[-1].token_id == tr.fmt.end_of_translation
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_interleaved_parity_with_two_markers(arch):
+    """An adapter trained with two markers (before end-of-translation): its translation ends as every chunk does."""
+    tr = tiny_interleaved_translator(arch, two_markers=True)
+    assert tr.fmt.end_of_translation is None
+    schedule = SCHEDULES["read-3"]
+    run = teacher_forced_parity(tr, Interleaved(), SOURCE, TARGET, schedule)
+    assert run.unmatched == 0 and run.max_diff <= TOLERANCE and run.session.result().prediction == TARGET
+    (example,) = run.examples
+    ids = [t.token_id for t in example.tokens]
+    chunks = len(set(schedule)) + (max(schedule) < X)
     assert ids.count(tr.fmt.end_of_read) == chunks and ids.count(tr.fmt.end_of_write) == chunks
-    assert example.tokens[-1].token_id == tr.fmt.end_of_write  # the translation ends as every chunk does
+    assert example.tokens[-1].token_id == tr.fmt.end_of_write
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])

@@ -13,6 +13,10 @@ The interleaved layout (EASiST) uses the prompt and two marker tokens instead of
 has them (``simulmt.core.markers.add_interleaved_markers``)::
 
     interleaved: <bos><start_of_turn>user\n{instruction}\n | src | <|end-of-read|> | tgt | <|end-of-write|> | src ...
+                 ... | src | <|end-of-read|> | tgt | <|end-of-translation|>
+
+A third marker, ``<|end-of-translation|>``, ends the translation when the tokenizer has it (adapters trained since
+it was added); without it the translation ends with ``<|end-of-write|>``, as every chunk does.
 """
 
 from __future__ import annotations
@@ -53,9 +57,10 @@ class PromptFormat:
     chat: bool  # built from a chat template?
     end_of_read: int | None = None  # ``<|end-of-read|>``: the interleaved layout's "now write" marker (forced)
     end_of_write: int | None = None  # ``<|end-of-write|>``: ends an interleaved target chunk (predicted)
+    end_of_translation: int | None = None  # ``<|end-of-translation|>``: ends the interleaved translation (predicted)
 
 
-END_OF_READ, END_OF_WRITE = "<|end-of-read|>", "<|end-of-write|>"
+END_OF_READ, END_OF_WRITE, END_OF_TRANSLATION = "<|end-of-read|>", "<|end-of-write|>", "<|end-of-translation|>"
 
 
 def _ids(tokenizer, text: str) -> tuple[int, ...]:
@@ -84,12 +89,14 @@ def marker_id(tokenizer, token: str) -> int | None:
 
 
 def with_interleaved_markers(fmt: PromptFormat, tokenizer) -> PromptFormat:
-    """Fill in the interleaved layout's two markers when the tokenizer has them (``simulmt.core.markers`` adds
-    them); ``<|end-of-write|>`` then also ends a segment wherever it is proposed."""
+    """Fill in the interleaved layout's markers when the tokenizer has them (``simulmt.core.markers`` adds
+    them); ``<|end-of-write|>`` (and ``<|end-of-translation|>``) then also end a segment wherever proposed."""
     eor, eow = marker_id(tokenizer, END_OF_READ), marker_id(tokenizer, END_OF_WRITE)
     if eor is None or eow is None:
         return fmt
-    return replace(fmt, end_of_read=eor, end_of_write=eow, stop_ids=fmt.stop_ids | {eow})
+    eot = marker_id(tokenizer, END_OF_TRANSLATION)
+    return replace(fmt, end_of_read=eor, end_of_write=eow, end_of_translation=eot,
+                   stop_ids=fmt.stop_ids | {eow} | ({eot} if eot is not None else set()))
 
 
 def _plain_format(tokenizer, src: str, tgt: str) -> PromptFormat:

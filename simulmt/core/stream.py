@@ -26,7 +26,8 @@ for ``prefix`` the recompute of the new source and the whole target prefix. The 
 tokens fed, FLOPs, forward calls, cache crops, re-fed tokens.
 
 Decoding never writes garbage (each rule has a test in tests/test_decoding.py): special and markup tokens are
-never proposed; an end proposed before the source is finished is a READ under policies that allow it; a
+never proposed; an end proposed before the source is finished is a READ under policies that allow it; a token
+that only ends a segment (the layout's ``segment_ends``) is not proposed once the source is finished; a
 proposal that would repeat a 4-token sequence of the sentence is an end proposal; the target tokens of a sentence
 are bounded by ``DecodeConfig.max_target_tokens`` of the source tokens read, and its words by ``max_len_a/b``.
 """
@@ -168,6 +169,7 @@ class Stream:
         self.tokenizer, self.fmt = tokenizer, fmt
         self.layout, self.policy, self.config = layout, policy, config
         self.vocabulary = vocabulary
+        self.segment_ends = list(layout.segment_ends(fmt))  # not proposed once the source is complete
         self.forced = forced  # teacher forcing: (token id, target word index) per target token, then the end
         self.sampler: Sampler = Forced([t for t, _ in forced]) if forced is not None else (sampler or Greedy())
         self.record = record
@@ -448,6 +450,8 @@ class Stream:
         scores = logits[: len(v.word_starts)] + v.bias("banned")
         if not self.source_finished and not self.policy.lets_model_end_segment:
             scores = scores + v.bias("stops")
+        if self.source_finished and self.segment_ends:  # e.g. end-of-write: nothing is left to read
+            scores[self.segment_ends] = float("-inf")
         if not self.current and self.written and self.layout.continues_text(self.state):
             # the previous word is complete: the next token must start a new word (or end)
             scores = scores + v.bias("inside_word")

@@ -82,7 +82,7 @@ class FinetuneOptions:
     lr: float | None = field(default=None, metadata={
         "help": "peak learning rate (default: 2e-4 with LoRA, as in the paper; 1e-5 with --full)"})
     marker_lr: float = field(default=5e-3, metadata={
-        "help": "interleaved: learning rate of the two added marker tokens' rows (they start near zero and must "
+        "help": "interleaved: learning rate of the added marker tokens' rows (they start near zero and must "
                 "grow to the scale of real rows; the LoRA's rate leaves <|end-of-write|> unlikely)"})
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay"})
     warmup_steps: int | None = field(default=None, metadata={

@@ -21,7 +21,7 @@ streaming layout and policy it was trained for). Nothing here places a token: th
 |                 | Falcon-RW) distances over visible keys only (modified ALiBi)     | policy               |
 | simulmask-stock | SimulMask with stock ALiBi (the paper's ablation)                | simulmask-stock + pol|
 | interleaved     | EASiST: source chunk, <|end-of-read|>, target chunk,            | interleaved + read-n |
-|                 | <|end-of-write|>, ... (adds and trains the two marker tokens)   | (or learned + a head)|
+|                 | <|end-of-write|>, ... (adds and trains the marker tokens)       | (or learned + a head)|
 | policy-head     | EASiST's policy: a READ/WRITE head on the hidden states of an   | interleaved + learned|
 |                 | interleaved model (--init-adapter), the model itself unchanged  |                      |
 """
@@ -50,7 +50,7 @@ RECIPES = {
     "offline": "plain SFT on full sentence pairs (the offline schedule)",
     "simulmask": "SimulMask: policy mask on the contiguous layout, modified ALiBi on ALiBi models (Bloom, Falcon-RW)",
     "simulmask-stock": "ablation of SimulMask: stock ALiBi distances (unread source counts in training)",
-    "interleaved": "EASiST's interleaved chunks between <|end-of-read|> / <|end-of-write|> markers (added tokens)",
+    "interleaved": "EASiST's interleaved chunks between <|end-of-read|> / <|end-of-write|> markers, <|end-of-translation|> last (added tokens)",
     "policy-head": "EASiST's learned READ/WRITE head on an interleaved model's hidden states (--init-adapter)",
 }
 DEFAULT_POLICY = {"conversation": "read-n", "offline": "offline", "interleaved": "read-n",

@@ -42,8 +42,7 @@ from simulmt.finetune.options import FinetuneOptions, resume_conflicts
 from simulmt.finetune.recipes import Recipe
 from simulmt.finetune.schedules import Schedule
 from simulmt.core.alibi import adopt_alibi
-from simulmt.core.markers import add_interleaved_markers
-from simulmt.core.prompt_format import END_OF_READ, END_OF_WRITE
+from simulmt.core.markers import MARKERS, add_interleaved_markers
 from simulmt.core.runner import attention_spec
 
 
@@ -430,7 +429,7 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
     new_tokens: tuple[int, ...] = ()
     if recipe.name == "interleaved" and translator.fmt.end_of_read is None:
         new_tokens = add_interleaved_markers(translator.model, translator.tokenizer)
-        _say(f"added {END_OF_READ} and {END_OF_WRITE} as tokens {new_tokens[0]} and {new_tokens[1]}")
+        _say(f"added {', '.join(MARKERS)} as tokens {', '.join(map(str, new_tokens))}")
         translator = Translator(translator.model, translator.tokenizer, source_lang=options.source_lang,
                                 target_lang=options.target_lang, name=translator.name)
     built = time.perf_counter()

@@ -74,6 +74,11 @@ class Layout(ABC):
     def write_end(self, state: LayoutState, token_id: int) -> None:
         state.tokens.append(PlacedToken(token_id, state.next_position, Role.END))
 
+    def segment_ends(self, fmt: PromptFormat) -> tuple[int, ...]:
+        """Tokens that end a segment but never the translation: once the source is complete, they are not
+        proposed (there is nothing left to read)."""
+        return ()
+
     def continues_text(self, state: LayoutState) -> bool:
         """Does the next target token continue the target text directly (no marker in between)?"""
         return bool(state.tokens) and state.tokens[-1].role is Role.TARGET

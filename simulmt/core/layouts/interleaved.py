@@ -3,8 +3,9 @@
     prompt | s1 s2 s3 | <|end-of-read|> | t1 t2 | <|end-of-write|> | s4 s5 | <|end-of-read|> | t3 ... <|end-of-write|>
 
 A policy decides when to write (a learned policy head, or wait-k / read-n): the layout then places the
-end-of-read marker, and the model writes target words until it predicts the end-of-write token, which is also
-how the translation ends. A policy that reads while a chunk is open (wait-k) closes it with an end-of-write
+end-of-read marker, and the model writes target words until it predicts the end-of-write token. The translation
+ends with ``<|end-of-translation|>`` where the tokenizer has it (``simulmt.core.markers``: once the source is
+complete, end-of-write, which asks for more source, may not be proposed), else with end-of-write, as every chunk. A policy that reads while a chunk is open (wait-k) closes it with an end-of-write
 token. Append-only with contiguous positions, so the KV cache is always reused; attention is plain causal, as in
 EASiST's training (source chunks see earlier target chunks). It is the conversation layout with markers instead
 of chat turns. The markers are tokens the model must have: ``simulmt.core.markers.add_interleaved_markers``.
@@ -41,5 +42,11 @@ class Interleaved(Conversation):
             state.opened, state.target_written = True, False
 
     def write_end(self, state: LayoutState, token_id: int) -> None:
-        """The translation ends as every chunk does, with the end-of-write token (whatever end token was given)."""
-        state.tokens.append(PlacedToken(state.fmt.end_of_write, state.next_position, Role.END))
+        """The translation ends with the end-of-translation token, or (two markers) as every chunk does, with the
+        end-of-write token (whatever end token was given)."""
+        end = state.fmt.end_of_translation if state.fmt.end_of_translation is not None else state.fmt.end_of_write
+        state.tokens.append(PlacedToken(end, state.next_position, Role.END))
+
+    def segment_ends(self, fmt: PromptFormat) -> tuple[int, ...]:
+        """End-of-write asks for more source: with an end-of-translation token, it cannot end the translation."""
+        return (fmt.end_of_write,) if fmt.end_of_translation is not None else ()
