@@ -21,6 +21,7 @@ import torch
 from simulmt.core.examples import build_examples
 from simulmt.core.layouts import Interleaved
 from simulmt.core.markers import add_interleaved_markers
+from simulmt.core.packed_linear import pack_linears
 from simulmt.core.placed import embedded_units
 from simulmt.core.policies import Scheduled, WaitK
 from simulmt.models import model_dtype
@@ -66,12 +67,14 @@ def main() -> None:
     parser.add_argument("--left-context-ms", type=int, default=5120)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    dtype, _ = model_dtype(args.dtype)  # the encoder and adapter run in it; the LLM may be float16-packed
+    dtype, packed = model_dtype(args.dtype)  # the encoder and adapter run in it; the LLM may be float16-packed
     if args.speech_model:
         speech = SpeechTranslator.load(args.speech_model, dtype=args.dtype)
     else:
-        tr = Translator.load(args.model, adapter="none", dtype=args.dtype)
-        add_interleaved_markers(tr.model, tr.tokenizer)
+        tr = Translator.load(args.model, adapter="none", dtype=dtype)
+        add_interleaved_markers(tr.model, tr.tokenizer)  # before packing: the LM head grows
+        if packed:
+            pack_linears(tr.model)
         tr = Translator(tr.model, tr.tokenizer, name=tr.name)
         encoder, extractor = whisper_encoder(args.encoder, dtype=dtype)
         torch.manual_seed(0)

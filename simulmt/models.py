@@ -434,7 +434,7 @@ def _from_hub(name: str, dtype: torch.dtype, attn: str, cache_dir: str | Path | 
         return note or _short_reason(exc)
 
 
-def _adapter_markers(path: Path) -> tuple[str, ...]:
+def adapter_markers(path: Path) -> tuple[str, ...]:
     """The interleaved layout's marker tokens the adapter was trained with (saved in its tokenizer files): all of
     ``MARKERS``, the two of ``MARKERS_V1``, or none."""
     from simulmt.core.markers import MARKERS
@@ -455,7 +455,7 @@ def _load_adapter(model, adapter: str | Path, merge: bool, tokenizer=None):
         raise SimulmtError(
             f"Not a PEFT adapter directory (no adapter_config.json): {path}"
         )
-    markers = _adapter_markers(path) if tokenizer is not None else ()
+    markers = adapter_markers(path) if tokenizer is not None else ()
     if markers:
         from simulmt.core.markers import add_interleaved_markers
 
@@ -565,7 +565,7 @@ def load_model(
     resolved = resolve_adapter(adapter, name)
     if resolved is not None:
         model = _load_adapter(model, resolved[1], merge_adapter, tokenizer)
-    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model.to(device or ("cuda" if torch.cuda.is_available() and not packed else "cpu"))
     model.eval()
     if packed:
         pack_linears(model)

@@ -173,8 +173,9 @@ def test_teacher_forcing_follows_the_forced_tokens_past_every_decoding_bound():
     assert forced.run(source).prediction == target
 
 
-def interleaved_steered_to_end_of_write(markers: tuple[str, ...]) -> Translator:
-    """A tiny interleaved translator (with ``markers``) whose model always wants to end its chunk."""
+def interleaved_steered_to_end_of_write(markers: tuple[str, ...], one_word_chunks: bool = False) -> Translator:
+    """A tiny interleaved translator (with ``markers``) whose model always wants to end its chunk
+    (``one_word_chunks``: after writing one word; right after end-of-read it wants that word)."""
     import copy
 
     from simulmt.core.markers import add_interleaved_markers
@@ -185,9 +186,14 @@ def interleaved_steered_to_end_of_write(markers: tuple[str, ...]) -> Translator:
     tr = Translator(model, tok, name="steered-interleaved")
     forward, eow = tr.runner.forward_packed, tr.fmt.end_of_write
 
-    def steered_forward(*args, **kwargs):
-        logits, hidden = forward(*args, **kwargs)
-        logits[:, eow] += 100.0
+    words = word_ids(tr, 7)  # the word written after end-of-read varies with its position (no repeated phrase)
+
+    def steered_forward(ids, positions, visible, q_index, last, *args, **kwargs):
+        logits, hidden = forward(ids, positions, visible, q_index, last, *args, **kwargs)
+        for row, query in enumerate(last.tolist()):
+            opened = int(ids[query]) == tr.fmt.end_of_read
+            word = words[int(positions[query]) % len(words)]
+            logits[row, word if one_word_chunks and opened else eow] += 100.0
         return logits, hidden
 
     tr.runner.forward_packed = steered_forward
@@ -216,3 +222,22 @@ def test_end_of_write_cannot_end_the_translation_once_the_source_is_complete(pol
     session.run(SOURCE)
     assert session.proposals[-1].token == old.fmt.end_of_write
     assert len(session.result().prediction.split()) < len(result.prediction.split())
+
+
+def test_an_end_of_write_held_while_source_was_left_is_proposed_again_once_the_source_ends():
+    """A live stream that had read every word it was given and wanted to read more (its end-of-write held, as wait-k
+    reads after a word): when the source then ends
+    with no new word, its held end-of-write is not taken as the end; the translation equals the one of the whole
+    source given at once."""
+    from simulmt.core.markers import MARKERS
+
+    tr = interleaved_steered_to_end_of_write(MARKERS, one_word_chunks=True)
+    whole = tr.session("interleaved", "wait-k", k=3)
+    whole.run(SOURCE)
+    live = tr.session("interleaved", "wait-k", k=3)
+    for word in SOURCE.split():  # word by word: after each word it writes, it wants to read the next
+        live.push([word])
+        list(live.advance())
+    live.push([], finished=True)
+    list(live.advance())
+    assert live.result().prediction == whole.result().prediction

@@ -197,7 +197,7 @@ def test_interleaved_recipe_then_policy_head_from_the_command_line(tmp_path):
 
 
 def test_the_interleaved_adapter_stores_only_the_marker_rows_and_reloads_exactly(tmp_path):
-    """The saved adapter holds the two markers' embedding deltas, not the whole resized embedding; loaded again on
+    """The saved adapter holds the three markers' embedding deltas, not the whole resized embedding; loaded again on
     the base model it gives the trained model's logits."""
     from safetensors.torch import load_file
 
@@ -349,9 +349,37 @@ def test_an_adapter_keeps_the_markers_it_was_trained_with(tmp_path):
     """Loading grows the base model by exactly the markers in the adapter's tokenizer: two for adapters trained
     before end-of-translation (their translations end with end-of-write), three since."""
     from simulmt.core.markers import MARKERS, MARKERS_V1
-    from simulmt.models import _adapter_markers
+    from simulmt.models import adapter_markers as _adapter_markers
 
     for markers in (MARKERS, MARKERS_V1, ()):
         (tmp_path / "tokenizer_config.json").write_text(json.dumps({"extra_special_tokens": list(markers)}))
         assert _adapter_markers(tmp_path) == markers
     assert _adapter_markers(tmp_path / "missing") == ()
+
+
+def test_an_interleaved_adapter_is_continued_with_the_markers_it_has(tmp_path, monkeypatch):
+    """--init-adapter with an adapter trained with two markers continues it with its two (its saved marker rows
+    fit); a fresh interleaved adapter gets three."""
+    from simulmt.core.markers import MARKERS, MARKERS_V1
+    from simulmt.finetune import trainer
+    from simulmt.finetune.options import FinetuneOptions
+    from simulmt.finetune.trainer import finetune
+    from simulmt.models import adapter_markers
+
+    model_dir = saved_model_and_pairs(tmp_path, 8)
+
+    def train(out, init=None):
+        finetune(FinetuneOptions(train_source=str(tmp_path / "src"), train_target=str(tmp_path / "tgt"),
+                                 model=str(model_dir), output=str(out), recipe="interleaved", n=2, max_steps=1,
+                                 batch_size=4, grad_accum=1, lora_rank=4, eval_lines=0, init_adapter=init),
+                 progress=False)
+        return out / "adapter"
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer, "MARKERS", MARKERS_V1)  # an adapter from before end-of-translation
+        old = train(tmp_path / "v1")
+    assert adapter_markers(old) == MARKERS_V1
+    continued = train(tmp_path / "more", init=str(old))
+    assert adapter_markers(continued) == MARKERS_V1
+    assert Translator.load(str(model_dir), adapter=str(continued), device="cpu").fmt.end_of_translation is None
+    assert adapter_markers(train(tmp_path / "new")) == MARKERS

@@ -39,7 +39,7 @@ def test_a_packed_layer_computes_with_its_weights_rounded_to_float16():
     assert torch.allclose(packed(rows), alone_rows, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2"])  # qwen2: linear layers with biases
 def test_a_packed_model_gives_nearly_its_float32_logits_and_the_same_flops(arch):
     tok = make_tokenizer(chat=True)
     model = make_model(arch, len(tok))

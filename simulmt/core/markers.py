@@ -7,7 +7,7 @@ token says "this target chunk is over, read more" (the model predicts it). A voc
 they are added: to the tokenizer as special tokens (never written into the text, never proposed unless they end
 a segment) and to the model as new rows of its embedding (and tied LM head), initialised to the mean of the
 others (exactly, so a reload gives the same rows). Fine-tuning trains exactly those rows (``trainable_token_indices`` in the LoRA config,
-``simulmt.finetune``), and the tokenizer saved with the adapter carries the two tokens, so loading the adapter
+``simulmt.finetune``), and the tokenizer saved with the adapter carries the tokens, so loading the adapter
 (``simulmt.models``) grows the base model the same way before the adapter's weights are applied.
 
 The third marker is simulmt's, not EASiST's. With two markers the translation ends as every chunk does, with
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from simulmt.errors import SimulmtError
 from simulmt.core.prompt_format import END_OF_READ, END_OF_TRANSLATION, END_OF_WRITE, marker_id
 
 MARKERS = (END_OF_READ, END_OF_WRITE, END_OF_TRANSLATION)  # what a new interleaved adapter is trained with
@@ -51,6 +52,8 @@ def grow_embeddings(model, size: int) -> None:
     rows = model.get_input_embeddings().weight.shape[0]
     if size <= rows:
         return
+    if not hasattr(model.get_output_embeddings(), "weight"):
+        raise SimulmtError("the model's LM head is packed (float16-packed): add the marker tokens before packing")
     model.resize_token_embeddings(size, mean_resizing=False)
     tables = {id(m.weight): m.weight for m in (model.get_input_embeddings(), model.get_output_embeddings())
               if m is not None}

@@ -39,6 +39,7 @@ class PackedLinear(nn.Module):
                                f"({FLOAT16_MAX:g}); this model cannot run with float16-packed weights")
         bias = None if linear.bias is None else linear.bias.detach().float()
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.has_bias = bias is not None
         self.packed = torch.ops.quantized.linear_prepack_fp16(weight.contiguous(), bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -79,5 +80,6 @@ def pack_linears(model: nn.Module) -> int:
 
 
 def packed_weight_count(model: nn.Module) -> int:
-    """Weights held in ``PackedLinear`` layers (they are not parameters)."""
-    return sum(m.in_features * m.out_features for m in model.modules() if isinstance(m, PackedLinear))
+    """Weights (and biases) held in ``PackedLinear`` layers: they are not parameters."""
+    return sum(m.in_features * m.out_features + (m.out_features if m.has_bias else 0)
+               for m in model.modules() if isinstance(m, PackedLinear))

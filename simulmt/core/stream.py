@@ -278,6 +278,8 @@ class Stream:
                     if not self.stream_finished:
                         return Status.NEEDS_SOURCE
                     raise SimulmtError(f"policy {self.policy.describe()} asked to read past the end of the source")
+            if self.held is not None and self.source_finished and self.held in self.segment_ends:
+                self.held = None  # proposed while source was left (then a READ); none is left now: propose again
             if self.held is None:
                 if self._at_token_bound():  # as if the model proposed the end
                     self.held = self.fmt.end_id

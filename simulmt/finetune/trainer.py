@@ -301,6 +301,16 @@ def _wrap_model(model, options: FinetuneOptions, model_name: str, new_tokens: tu
         raise SimulmtError(f"LoRA could not be applied with --lora-targets {targets}: {exc}") from exc
 
 
+def _init_adapter_markers(options: FinetuneOptions, model_name: str) -> tuple[str, ...]:
+    """The interleaved markers the --init-adapter was trained with (none: it has none, or there is none). An
+    adapter trained with two markers is continued with its two, so its saved marker rows fit."""
+    from simulmt.adapters import resolve_adapter
+    from simulmt.models import adapter_markers
+
+    resolved = resolve_adapter(options.init_adapter, model_name) if options.init_adapter is not None else None
+    return adapter_markers(resolved[1]) if resolved is not None else ()
+
+
 def _continue_with_new_tokens(model, directory: Path, new_tokens: tuple[int, ...]):
     """A LoRA adapter trained without the interleaved markers (e.g. the shipped expost adapter), continued with
     them: a new LoRA of the same rank, alpha, dropout and targets whose ``trainable_token_indices`` are the new
@@ -428,8 +438,9 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
     recipe = make_recipe(options)
     new_tokens: tuple[int, ...] = ()
     if recipe.name == "interleaved" and translator.fmt.end_of_read is None:
-        new_tokens = add_interleaved_markers(translator.model, translator.tokenizer)
-        _say(f"added {', '.join(MARKERS)} as tokens {', '.join(map(str, new_tokens))}")
+        markers = _init_adapter_markers(options, model_name) or MARKERS  # a continued adapter keeps its own
+        new_tokens = add_interleaved_markers(translator.model, translator.tokenizer, markers)
+        _say(f"added {', '.join(markers)} as tokens {', '.join(map(str, new_tokens))}")
         translator = Translator(translator.model, translator.tokenizer, source_lang=options.source_lang,
                                 target_lang=options.target_lang, name=translator.name)
     built = time.perf_counter()

@@ -1,6 +1,6 @@
 """EASiST's interleaved format: source chunks and target chunks alternate, separated by two marker tokens.
 
-    prompt | s1 s2 s3 | <|end-of-read|> | t1 t2 | <|end-of-write|> | s4 s5 | <|end-of-read|> | t3 ... <|end-of-write|>
+    prompt | s1 s2 s3 | <|end-of-read|> | t1 t2 | <|end-of-write|> | s4 s5 | <|end-of-read|> | t3 ... <|end-of-translation|>
 
 A policy decides when to write (a learned policy head, or wait-k / read-n): the layout then places the
 end-of-read marker, and the model writes target words until it predicts the end-of-write token. The translation
