@@ -162,7 +162,6 @@ def dataclass_from_namespace(cls: type, namespace: argparse.Namespace):
 # ---- the model (tests replace this) ------------------------------------------------------------------------------
 def _load_translator(*, model: str | None, adapter: str | None, source_lang: str = "en",
                      target_lang: str = "de", device: str | None = None, dtype: str = "float32") -> "Translator":
-
     from simulmt.translator import Translator
 
     return Translator.load(model or DEFAULT_MODEL, adapter, source_lang=source_lang, target_lang=target_lang,

@@ -848,7 +848,6 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
         parser.error(str(exc))
     try:
         if options.source_audio:
-
             from simulmt.speech.model import SpeechTranslator, default_speech_model
 
             translator = SpeechTranslator.load(options.speech_model or default_speech_model(), device=options.device,

@@ -14,7 +14,7 @@ What changes numerically: each weight is rounded to float16 once (11-bit mantiss
 range, 6e-5 .. 65504 in magnitude, is kept exactly). No activation is quantized, so each output row depends on its
 own input row only: batched == one stream still holds to float32 rounding. The packed weights are not parameters:
 the model is for inference only (merge a LoRA adapter first), and ``compute_model`` counts them through
-``in_features`` / ``out_features``.
+``weight_count``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ class PackedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.has_bias = bias is not None
         self.packed = torch.ops.quantized.linear_prepack_fp16(weight.contiguous(), bias)
+
+    @property
+    def weight_count(self) -> int:
+        """Weights and biases held packed (they are not parameters)."""
+        return self.in_features * self.out_features + (self.out_features if self.has_bias else 0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic_fp16(x.float().contiguous(), self.packed)
@@ -81,5 +86,4 @@ def pack_linears(model: nn.Module) -> int:
 
 def packed_weight_count(model: nn.Module) -> int:
     """Weights (and biases) held in ``PackedLinear`` layers: they are not parameters."""
-    return sum(m.in_features * m.out_features + (m.out_features if m.has_bias else 0)
-               for m in model.modules() if isinstance(m, PackedLinear))
+    return sum(m.weight_count for m in model.modules() if isinstance(m, PackedLinear))

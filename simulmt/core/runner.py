@@ -47,7 +47,7 @@ def compute_model(model) -> ComputeModel:
     total = sum(p.numel() for p in model.parameters()) + packed_weight_count(model)
     embedding = inp.weight.numel()
     if isinstance(out, PackedLinear):  # its own packed copy, counted in total even when it was tied
-        head = out.in_features * out.out_features + (out.out_features if out.has_bias else 0)
+        head = out.weight_count
     else:
         head = 0 if out is None or out.weight is inp.weight else out.weight.numel()
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads

@@ -50,7 +50,8 @@ RECIPES = {
     "offline": "plain SFT on full sentence pairs (the offline schedule)",
     "simulmask": "SimulMask: policy mask on the contiguous layout, modified ALiBi on ALiBi models (Bloom, Falcon-RW)",
     "simulmask-stock": "ablation of SimulMask: stock ALiBi distances (unread source counts in training)",
-    "interleaved": "EASiST's interleaved chunks between <|end-of-read|> / <|end-of-write|> markers, <|end-of-translation|> last (added tokens)",
+    "interleaved": "EASiST's interleaved chunks between <|end-of-read|> / <|end-of-write|> markers, "
+                   "<|end-of-translation|> last (added tokens)",
     "policy-head": "EASiST's learned READ/WRITE head on an interleaved model's hidden states (--init-adapter)",
 }
 DEFAULT_POLICY = {"conversation": "read-n", "offline": "offline", "interleaved": "read-n",

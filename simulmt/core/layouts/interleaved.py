@@ -1,14 +1,16 @@
-"""EASiST's interleaved format: source chunks and target chunks alternate, separated by two marker tokens.
+"""EASiST's interleaved format: source chunks and target chunks alternate, separated by marker tokens.
 
-    prompt | s1 s2 s3 | <|end-of-read|> | t1 t2 | <|end-of-write|> | s4 s5 | <|end-of-read|> | t3 ... <|end-of-translation|>
+    prompt | s1 s2 s3 | <|end-of-read|> | t1 t2 | <|end-of-write|> | s4 s5 | <|end-of-read|> | t3 ...
+           ... <|end-of-translation|>
 
 A policy decides when to write (a learned policy head, or wait-k / read-n): the layout then places the
 end-of-read marker, and the model writes target words until it predicts the end-of-write token. The translation
 ends with ``<|end-of-translation|>`` where the tokenizer has it (``simulmt.core.markers``: once the source is
-complete, end-of-write, which asks for more source, may not be proposed), else with end-of-write, as every chunk. A policy that reads while a chunk is open (wait-k) closes it with an end-of-write
-token. Append-only with contiguous positions, so the KV cache is always reused; attention is plain causal, as in
-EASiST's training (source chunks see earlier target chunks). It is the conversation layout with markers instead
-of chat turns. The markers are tokens the model must have: ``simulmt.core.markers.add_interleaved_markers``.
+complete, end-of-write, which asks for more source, may not be proposed), else with end-of-write, as every chunk.
+A policy that reads while a chunk is open (wait-k) closes it with an end-of-write token. Append-only with
+contiguous positions, so the KV cache is always reused; attention is plain causal, as in EASiST's training (source
+chunks see earlier target chunks). It is the conversation layout with markers instead of chat turns. The markers
+are tokens the model must have: ``simulmt.core.markers.add_interleaved_markers``.
 """
 
 from __future__ import annotations
