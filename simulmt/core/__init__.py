@@ -17,6 +17,7 @@ Read it bottom up, each file one concept:
   are token ids, or embeddings (speech blocks) that the engine feeds in place of token embeddings;
 * ``alibi``: ALiBi models (Bloom, Falcon-RW), their bias carried by the masks;
 * ``batch_cache``, ``runner``, ``engine``: many streams served by one model, one packed forward per round;
+* ``prompt_cache``: a prompt's keys and values computed once and copied into every new stream that starts with it;
 * ``packed_linear``: linear weights in float16 prepacked for fbgemm (CPU), a model-side option of the runner;
 * ``session``: one stream with an engine of its own (the live API for one sentence).
 

@@ -88,6 +88,29 @@ class BatchKVCache:
             raise ValueError(f"cannot keep {keep} cached tokens of row {row}: it holds {self.lengths[row]}")
         self.lengths[row] = keep
 
+    # ---- shared prompts (prompt_cache.py) ---------------------------------------------------------------------
+    def copy_in(self, row: int, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        """An empty row takes ``keys``/``values`` (per layer (kv heads, L, head dim)) as its first L source-side keys."""
+        if self.lengths[row] != 0:
+            raise ValueError(f"row {row} is not empty: it holds {self.lengths[row]} cached tokens")
+        length = keys[0].shape[1]
+        if length > self.capacity:
+            self._grow(_grown(length))
+        for store, given in ((self.keys, keys), (self.values, values)):
+            for layer, t in enumerate(given):
+                store[layer][row, :, :length] = t.to(store[layer].dtype)
+        self.target_side[row, :length] = False
+        self.lengths[row] = length
+
+    def copy_out(self, row: int, length: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The first ``length`` keys and values of a row, per layer, as fresh tensors."""
+        return ([t[row, :, :length].clone() for t in self.keys], [t[row, :, :length].clone() for t in self.values])
+
+    @property
+    def layers_ready(self) -> bool:
+        """Every layer's store exists (after the first forward)."""
+        return bool(self.keys) and all(t is not None for t in self.keys)
+
     # ---- one forward -----------------------------------------------------------------------------------------
     def prepare(self, rows: list[int], new_tokens: list[int], target_side: torch.Tensor) -> torch.Tensor:
         """Lay out a packed forward: row ``rows[i]`` feeds ``new_tokens[i]`` tokens, one query each, in order;

@@ -8,6 +8,9 @@
             the same visibility rule, the logits (and last hidden state) of each stream's last token (the LM head
             runs only on the rows whose request asks for logits).
 
+A new stream whose first request starts with a prompt the engine has computed before takes that prompt's keys and
+values from the engine's ``PromptCache`` (prompt_cache.py) instead of computing them again.
+
 Streams join (``add``) and leave (``remove``, or by finishing) between rounds. A stream's clock (its words'
 ``elapsed``) starts when it joins, so in a batched run elapsed is the wall time the stream spent in the engine,
 sharing each forward with the other rows (not the time it waited in a queue before joining). A stream's decoding never depends
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from simulmt.core.batch_cache import BatchKVCache
+from simulmt.core.prompt_cache import PromptCache, SharedPrompt, prompt_key
 from simulmt.errors import SimulmtError
 from simulmt.core.runner import ModelRunner
 from simulmt.core.stream import ForwardRequest, Status, Stream, WrittenWord
@@ -52,14 +56,16 @@ class EngineStats:
     forwards: int = 0
     rows: int = 0  # stream rows served, summed over forwards
     tokens: int = 0  # tokens fed (packed: no padding)
+    shared_tokens: int = 0  # prompt tokens copied from the prompt cache instead of computed
     peak_cache_bytes: int = 0
     batch_sizes: list[int] = field(default_factory=list)
 
 
 class Engine:
-    def __init__(self, runner: ModelRunner):
+    def __init__(self, runner: ModelRunner, share_prompts: bool = True):
         self.runner = runner
         self.cache = BatchKVCache()
+        self.prompts = PromptCache() if share_prompts else None  # prompt_cache.py
         self.streams: list[Stream] = []  # stream i owns row i of the cache
         self.stats = EngineStats()
 
@@ -121,10 +127,13 @@ class Engine:
         """One packed forward: every new token of every request is a query row of its own (batch_cache.py)."""
         requests = sorted(requests, key=lambda sr: self._row(sr[0]))
         rows = [self._row(s) for s, _ in requests]
-        counts = [len(r.tokens) for _, r in requests]
-        tokens = [t for _, r in requests for t in r.tokens]
         for row, (_, request) in zip(rows, requests):
             self.cache.crop(row, request.keep)
+        to_store: list[tuple[int, tuple, int]] = []  # (row, prompt key, length): prompts to keep after the forward
+        shared = [self._share_prompt(row, request, to_store) for row, (_, request) in zip(rows, requests)]
+        fed = [r.tokens[n:] for (_, r), n in zip(requests, shared)]  # what this forward computes, per request
+        counts = [len(f) for f in fed]
+        tokens = [t for f in fed for t in f]
         ids = torch.tensor([t.token_id for t in tokens])
         positions = torch.tensor([t.position for t in tokens])
         q_target = torch.tensor([t.role.target_side for t in tokens])
@@ -136,7 +145,7 @@ class Engine:
         last = torch.cumsum(torch.tensor(counts), 0) - 1  # each stream's last query
         features = any(s.wants_features for s, _ in requests)
         wanted = [r.logits for _, r in requests]  # rows whose logits are asked for (the LM head runs on those)
-        embedded = [s.embedding_of(t.token_id) for s, r in requests for t in r.tokens if t.token_id < 0]
+        embedded = [s.embedding_of(t.token_id) for (s, _), f in zip(requests, fed) for t in f if t.token_id < 0]
         logits, hidden = self.runner.forward_packed(ids, positions, visible, q_index, last, self.cache, features,
                                                     distances=distances,
                                                     embedded=torch.stack(embedded) if embedded else None,
@@ -146,14 +155,35 @@ class Engine:
         row_logits = iter(logits)
         for i, ((stream, _), n) in enumerate(zip(requests, counts)):
             flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), int(wanted[i]))
+            if shared[i]:  # a stream's compute count is that of its whole request (prompt_cache.py)
+                flops += self.runner.compute.flops(shared[i], shared[i] * (shared[i] + 1) // 2, 0)
             stream.receive(next(row_logits) if wanted[i] else None, flops, hidden[i] if hidden is not None else None)
         s = self.stats
         s.forwards += 1
         s.rows += len(rows)
         s.tokens += sum(counts)
+        s.shared_tokens += sum(shared)
         s.batch_sizes.append(len(rows))
         s.peak_cache_bytes = max(s.peak_cache_bytes, self.cache.memory_bytes())
+        for row, key, length in to_store:
+            keys, values = self.cache.copy_out(row, length)
+            self.prompts.put(key, SharedPrompt(keys, values))
 
+    def _share_prompt(self, row: int, request: ForwardRequest, to_store: list) -> int:
+        """A new stream's first request: copy its prompt's keys and values into its row when the prompt cache has
+        them (returns how many tokens need no computing), else note the prompt to keep after the forward."""
+        if self.prompts is None or request.keep != 0:
+            return 0
+        key = prompt_key(request.tokens)
+        if key is None:
+            return 0
+        entry = self.prompts.get(key) if self.cache.layers_ready else None
+        if entry is None:
+            if not any(k == key for _, k, _ in to_store):
+                to_store.append((row, key, len(key)))
+            return 0
+        self.cache.copy_in(row, entry.keys, entry.values)
+        return entry.length
 
     def _distances(self, requests, counts, visible, q_index, q_target) -> torch.Tensor:
         """(N, K) ALiBi key distances of the packed queries, each by its own layout's rule (visibility.py)."""
