@@ -391,7 +391,7 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
             "source_sha256": test_set.source_sha256, "reference_sha256": test_set.reference_sha256,
             "lines": len(test_set.sources), "ms_per_word": options.unit_ms, "batch_size": options.batch_size,
             **({"source_type": "speech", "speech_model": options.speech_model or "shipped"} if options.source_audio
-               else {})}
+               else {"shared_prompt": True})}  # text runs: one engine per run, the prompt computed once (prompt_cache.py)
 
 
 def _write_json(path: Path, data) -> None:
@@ -614,6 +614,8 @@ def score_run(directory: Path, ms_per_word: float | None = None, write: bool = T
     batch = config.get("batch_size", 1)
     if batch > 1:  # computation-aware latency of a batched run: say what its elapsed times are
         metric_signatures["latency"] += f"|elapsed:in-engine,batch:{batch}"
+    if config.get("shared_prompt"):  # every sentence after the first took its prompt's keys/values from the cache
+        metric_signatures["latency"] += "|prompt:shared"
     signature = {"model": config["model"], "adapter": config["adapter"], "dtype": config["dtype"],
                  "source_lang": config["source_lang"], "target_lang": config["target_lang"],
                  **{key: config[key] for key in ("layout", "policy", "k", "n", "slot", "phi")},

@@ -315,6 +315,7 @@ def test_batch_size_gives_the_same_log_and_says_so_in_the_signature(tmp_path, da
         assert b.scores["signature"]["batch_size"] == 3 and "elapsed:in-engine,batch:3" in \
             b.scores["signature"]["latency"]
         assert a.scores["signature"]["batch_size"] == 1 and "in-engine" not in a.scores["signature"]["latency"]
+        assert "prompt:shared" in a.scores["signature"]["latency"]  # *_CA: a run computes its prompt once
 
 
 def test_a_line_longer_than_max_words_is_refused_before_loading(tmp_path, data, loads, capsys):

@@ -49,7 +49,7 @@ def test_batch_cache_copies_a_prefix_into_an_empty_row_only():
     with pytest.raises(ValueError, match="not empty"):
         cache.copy_in(0, keys, values)
     cache.crop(1, 0)
-    cache.copy_in(1, keys, values)  # grows the capacity from 16 as needed, marks the keys source-side
+    cache.copy_in(1, keys, values)  # grows the capacity (2 -> 16) as needed, marks the keys source-side
     assert cache.lengths == [1, 5] and not cache.target_side[1, :5].any()
     out_k, out_v = cache.copy_out(1, 5)
     assert torch.equal(out_k[0], keys[0]) and torch.equal(out_v[0], values[0])

@@ -66,7 +66,9 @@ def test_speech_streams_batched_equal_one_at_a_time():
         stream = sp.translator.new_stream("interleaved", WaitK(3))
         stream.push_embedded(sp.embed(sp.encode(x)), finished=True)
         streams.append(stream)
-    run_batched(streams, Engine(sp.translator.runner), batch_size=3)
+    engine = Engine(sp.translator.runner)
+    run_batched(streams, engine, batch_size=2)  # the third stream joins later and shares the prompt
+    assert engine.stats.shared_tokens > 0
     assert [(a.prediction, a.delays) for a in alone] == [(s.result().prediction, s.result().delays) for s in streams]
 
 

@@ -55,7 +55,7 @@ class Event:
 class EngineStats:
     forwards: int = 0
     rows: int = 0  # stream rows served, summed over forwards
-    tokens: int = 0  # tokens fed (packed: no padding)
+    tokens: int = 0  # tokens computed (packed: no padding; shared prompt tokens are not computed)
     shared_tokens: int = 0  # prompt tokens copied from the prompt cache instead of computed
     peak_cache_bytes: int = 0
     batch_sizes: list[int] = field(default_factory=list)
@@ -165,7 +165,7 @@ class Engine:
         s.shared_tokens += sum(shared)
         s.batch_sizes.append(len(rows))
         s.peak_cache_bytes = max(s.peak_cache_bytes, self.cache.memory_bytes())
-        for row, key, length in to_store:
+        for row, key, length in to_store if self.cache.layers_ready else ():  # a layer without a store: no sharing
             keys, values = self.cache.copy_out(row, length)
             self.prompts.put(key, SharedPrompt(keys, values))
 

@@ -26,7 +26,7 @@ class StreamingSession(Stream):
         super().__init__(tokenizer, fmt, layout, policy, vocabulary, config, max_positions=runner.max_positions,
                          **kwargs)
         self.runner = runner
-        self.engine = Engine(runner)
+        self.engine = Engine(runner, share_prompts=False)  # one stream: nothing to share its prompt with
         self.engine.add(self)
 
     def advance(self) -> Iterator[WrittenWord]:
