@@ -492,6 +492,27 @@ def model_dtype(dtype: torch.dtype | str) -> tuple[torch.dtype, bool]:
     return value, False
 
 
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str] | None:
+    """The CPU's feature flags (Linux x86 ``/proc/cpuinfo``), or None where they cannot be read."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    line = next((line for line in text.splitlines() if line.startswith("flags")), None)
+    return frozenset(line.split(":", 1)[1].split()) if line else None
+
+
+SLOW_BF16 = ("simulmt: this CPU has no native bfloat16 arithmetic (no AVX-512 BF16 or AMX): torch runs bfloat16 "
+             "matrix products row by row here, slower than float32 and without gains from batching; "
+             "--dtype float32 or float16-packed is faster on it")
+
+
+def _warn_if_slow_bf16(dtype: torch.dtype, device: str) -> None:
+    flags = cpu_flags()
+    if dtype == torch.bfloat16 and device == "cpu" and flags is not None and not flags & {"avx512_bf16", "amx_bf16"}:
+        print(SLOW_BF16, file=sys.stderr)
+
+
 def load_model(
     name: str = DEFAULT_MODEL,
     adapter: str | None = None,
@@ -565,8 +586,10 @@ def load_model(
     resolved = resolve_adapter(adapter, name)
     if resolved is not None:
         model = _load_adapter(model, resolved[1], merge_adapter, tokenizer)
-    model.to(device or ("cuda" if torch.cuda.is_available() and not packed else "cpu"))
+    device = device or ("cuda" if torch.cuda.is_available() and not packed else "cpu")
+    model.to(device)
     model.eval()
+    _warn_if_slow_bf16(dtype, str(device))
     if packed:
         pack_linears(model)
     return LoadedModel(

@@ -153,6 +153,25 @@ def test_local_checkpoint_dtype(tiny_checkpoint):
     assert lm.model.config._attn_implementation == "eager"
 
 
+@pytest.mark.parametrize("flags, warned", [({"avx2", "f16c"}, True), ({"avx2", "avx512_bf16"}, False),
+                                           ({"amx_bf16"}, False), (None, False)])
+def test_bfloat16_on_a_cpu_without_native_bf16_says_so(tiny_checkpoint, monkeypatch, capsys, flags, warned):
+    monkeypatch.setattr(models, "cpu_flags", lambda: None if flags is None else frozenset(flags))
+    load_model(str(tiny_checkpoint), dtype="bfloat16", device="cpu")
+    assert (models.SLOW_BF16 in capsys.readouterr().err) == warned
+    load_model(str(tiny_checkpoint), dtype="float32", device="cpu")
+    assert models.SLOW_BF16 not in capsys.readouterr().err
+
+
+def test_cpu_flags_parses_cpuinfo(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: X\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\n")
+    assert models.cpu_flags(info) == {"fpu", "avx2", "amx_bf16"}
+    info.write_text("processor\t: 0\nFeatures\t: fp asimd\n")  # e.g. ARM: no x86 flags line
+    assert models.cpu_flags(info) is None
+    assert models.cpu_flags(tmp_path / "absent") is None
+
+
 def test_missing_adapter_dir(tiny_checkpoint, tmp_path):
     with pytest.raises(SimulmtError, match="Adapter directory not found"):
         load_model(str(tiny_checkpoint), adapter=str(tmp_path / "no-adapter"))
