@@ -441,7 +441,7 @@ class Command:
 def _commands() -> dict[str, Command]:
     """The explicit registry of subcommands (heavy modules are imported only when their command runs)."""
     from simulmt import bench
-    from simulmt import evaluate as evaluation
+    from simulmt.evaluation import command as evaluation, options as evaluation_options
     from simulmt.finetune import options as finetuning
     from simulmt.rl import options as rl
     from simulmt.service import server
@@ -458,14 +458,14 @@ def _commands() -> dict[str, Command]:
         # evaluate / score / bench / finetune: options and run functions live in their modules (light to import;
         # the model, sacrebleu, matplotlib, peft load when the command runs)
         "evaluate": Command(
-            evaluation.EvaluateOptions,
+            evaluation_options.EvaluateOptions,
             lambda options, sub: evaluation.run_evaluate_command(options, sub, _load_translator),
             "translate a test set under a grid of layouts and policies (resumable) and score it",
             "Translate a line-aligned test set with every layout x policy x k (or n) of the grid, plus one offline "
             "run; write per run SimulEval's instances.log, config.json and scores.json, and for the grid "
             "results.md, results.json and bleu_laal.png. Rerunning into the same --output continues."),
         "score": Command(
-            evaluation.ScoreOptions, evaluation.run_score_command,
+            evaluation_options.ScoreOptions, evaluation.run_score_command,
             "recompute scores.json of a run (or of every run of a grid) from its instances.log, without the model",
             "Recompute scores.json from instances.log and config.json alone; for a grid directory, rescore every "
             "run under it and rebuild results.md, results.json and bleu_laal.png."),

@@ -1,0 +1,189 @@
+"""``simulmt evaluate`` and ``simulmt score`` options: typed dataclasses, the Python API's config and the CLI's
+flags; ``EvaluateOptions.grid()`` is the grid they ask for (layouts x policies x values, then the offline run)."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+from simulmt.errors import SimulmtError
+from simulmt.core.layouts import LAYOUTS
+from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT
+from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, language_field,
+                                    model_field, phi_field, slot_field)
+from simulmt.core.prompt_format import language_name
+from simulmt.evaluation.runs import RunSpec
+
+GRID_POLICIES = ("wait-k", "read-n", "learned")
+
+
+@dataclass(frozen=True)
+class EvaluateOptions:
+    source: str | None = field(default=None, metadata={
+        "help": "source text, one sentence per line (required, unless --source-audio)", "metavar": "FILE"})
+    source_audio: str | None = field(default=None, metadata={
+        "help": "speech input instead of text: a file listing 16 kHz mono WAV files, one per line (relative to the "
+                "list), line-aligned with --reference; with --speech-model (default: the shipped one). Delays and "
+                "latencies are then in ms of audio, and *_CA adds the compute time", "metavar": "LIST"})
+    speech_model: str | None = field(default=None, metadata={
+        "help": "with --source-audio: a speech model folder (simulmt finetune-speech's DIR/model)", "metavar": "DIR"})
+    reference: str | None = field(default=None, metadata={
+        "help": "reference translations, line-aligned with --source (required)", "metavar": "FILE"})
+    output: str | None = field(default=None, metadata={
+        "help": "output directory: one subdirectory per run, results.md/json, bleu_laal.png (required); "
+                "rerunning into it continues unfinished runs", "metavar": "DIR"})
+    model: str | None = model_field()
+    adapter: str = adapter_field()
+    layouts: str = field(default="expost,prefix", metadata={
+        "help": f"comma-separated layouts ({', '.join(LAYOUTS)})", "metavar": "LIST"})
+    policies: str = field(default="wait-k", metadata={
+        "help": f"comma-separated policies ({', '.join(GRID_POLICIES)})", "metavar": "LIST"})
+    ks: str = field(default="1,3,5", metadata={"help": "wait-k: comma-separated k values", "metavar": "LIST"})
+    ns: str = field(default="3,5", metadata={"help": "read-n: comma-separated n values", "metavar": "LIST"})
+    taus: str = field(default="0.3,0.5,0.7", metadata={
+        "help": "learned: comma-separated thresholds tau of the policy head (the adapter's policy_head.safetensors)",
+        "metavar": "LIST"})
+    slot: int = slot_field()
+    phi: int = phi_field()
+    no_offline: bool = field(default=False, metadata={
+        "help": "skip the offline run (expost layout, whole source first) that gives the plot's reference line"})
+    source_lang: str = language_field("en", "source")
+    target_lang: str = language_field("de", "target")
+    lines: int | None = field(default=None, metadata={
+        "help": "evaluate the first N lines only (default: all)", "metavar": "N"})
+    ms_per_word: float = field(default=DEFAULT_MS_PER_SOURCE_UNIT, metadata={
+        "help": "source rate assumed by the computation-aware latency (*_CA): ms per source word"})
+    max_words: int = field(default=256, metadata={
+        "help": "refuse, before the model loads, a source line longer than this many words (a test set holds one "
+                "sentence per line; a talk on one line would run for hours)", "metavar": "N"})
+    batch_size: int = batch_size_field()
+    shard: str | None = field(default=None, metadata={
+        "help": "translate only block I of N of every run's sentences (I = 1..N: a job array's index), into "
+                "DIR/shards/; the shard that finds all N finished merges them into the runs one process writes. "
+                "Under torchrun / accelerate launch the rank gives the shard", "metavar": "I/N"})
+    device: str | None = device_field()
+    dtype: str = dtype_field()
+
+    def __post_init__(self):
+        self.shard_of()
+        for name in ("batch_size", "max_words"):
+            if getattr(self, name) < 1:
+                raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if bool(self.source) == bool(self.source_audio):
+            raise SimulmtError("give exactly one of --source (text) and --source-audio (a list of WAV files)")
+        for name in ("reference", "output"):
+            if not getattr(self, name):
+                raise SimulmtError(f"--{name} is required")
+        self.grid()  # validates --layouts, --policies, --ks and --ns
+        for name in ("slot", "phi"):
+            if getattr(self, name) < 1:
+                raise SimulmtError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.lines is not None and self.lines < 1:
+            raise SimulmtError(f"--lines must be at least 1, got {self.lines}")
+        if not (self.ms_per_word > 0 and math.isfinite(self.ms_per_word)):
+            raise SimulmtError(f"--ms-per-word must be a positive number, got {self.ms_per_word}")
+        language_name(self.source_lang)
+        language_name(self.target_lang)
+
+    @property
+    def unit_ms(self) -> float:
+        """ms per source unit of the delays: speech delays are already in ms; text assumes ``ms_per_word``."""
+        return 1.0 if self.source_audio else self.ms_per_word
+
+    @property
+    def layout_names(self) -> tuple[str, ...]:
+        names = _name_list(self.layouts, "layouts")
+        unknown = [n for n in names if n not in LAYOUTS]
+        if unknown:
+            raise SimulmtError(f"--layouts: unknown layout(s) {', '.join(unknown)}; choose from: {', '.join(LAYOUTS)}")
+        return names
+
+    @property
+    def policy_names(self) -> tuple[str, ...]:
+        names = _name_list(self.policies, "policies")
+        if "offline" in names:
+            raise SimulmtError("--policies: offline is not a grid policy; the offline run is made once, with the "
+                               "expost layout, unless --no-offline")
+        unknown = [n for n in names if n not in GRID_POLICIES]
+        if unknown:
+            raise SimulmtError(f"--policies: unknown policy(ies) {', '.join(unknown)}; "
+                               f"choose from: {', '.join(GRID_POLICIES)}")
+        return names
+
+    def shard_of(self) -> tuple[int, int] | None:
+        """(I, N) of ``--shard I/N``; else, under a launcher of several processes, (RANK + 1, WORLD_SIZE)."""
+        if self.shard is None:
+            world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+            return (int(os.environ.get("RANK", "0")) + 1, world) if world > 1 else None
+        try:
+            i, n = (int(part) for part in self.shard.split("/"))
+        except ValueError:
+            raise SimulmtError(f"--shard takes I/N (e.g. 2/4), got {self.shard!r}") from None
+        if not 1 <= i <= n:
+            raise SimulmtError(f"--shard {self.shard}: I must be in 1..N")
+        return i, n
+
+    @property
+    def k_values(self) -> tuple[int, ...]:
+        return _int_list(self.ks, "ks")
+
+    @property
+    def n_values(self) -> tuple[int, ...]:
+        return _int_list(self.ns, "ns")
+
+    @property
+    def tau_values(self) -> tuple[float, ...]:
+        try:
+            values = tuple(float(v) for v in self.taus.split(",") if v.strip())
+        except ValueError:
+            raise SimulmtError(f"--taus takes comma-separated numbers within 0..1, got {self.taus!r}") from None
+        if not values or any(not 0.0 <= v <= 1.0 for v in values):
+            raise SimulmtError(f"--taus takes comma-separated numbers within 0..1, got {self.taus!r}")
+        return values
+
+    def values_of(self, policy: str) -> tuple:
+        return {"wait-k": self.k_values, "read-n": self.n_values, "learned": self.tau_values}[policy]
+
+    def grid(self) -> list[RunSpec]:
+        """layouts x (wait-k x ks, read-n x ns), then the offline run."""
+        specs = []
+        for layout in self.layout_names:
+            for policy in self.policy_names:
+                for value in self.values_of(policy):
+                    specs.append(RunSpec(layout, policy, value, self.slot, self.phi))
+        if not self.no_offline:
+            specs.append(RunSpec("expost", "offline", None, self.slot, self.phi))
+        return specs
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    path: str | None = field(default=None, metadata={
+        "help": "a run directory (with instances.log), or a grid directory whose runs are all rescored",
+        "positional": True, "metavar": "DIR"})
+    ms_per_word: float | None = field(default=None, metadata={
+        "help": "source rate for the computation-aware latency, ms per word (default: as each run recorded)"})
+
+    def __post_init__(self):
+        if not self.path:
+            raise SimulmtError("a run or grid directory is required")
+        if self.ms_per_word is not None and not (self.ms_per_word > 0 and math.isfinite(self.ms_per_word)):
+            raise SimulmtError(f"--ms-per-word must be a positive number, got {self.ms_per_word}")
+
+
+def _name_list(text: str, flag: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    if not names:
+        raise SimulmtError(f"--{flag} is empty")
+    return names
+
+
+def _int_list(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(dict.fromkeys(int(v) for v in _name_list(text, flag)))
+    except ValueError:
+        raise SimulmtError(f"--{flag} takes comma-separated whole numbers, got {text!r}") from None
+    if min(values) < 1:
+        raise SimulmtError(f"--{flag}: every value must be at least 1, got {text!r}")
+    return values

@@ -1,0 +1,201 @@
+"""A run directory: ``config.json`` (what produced the log; a rerun with other settings is refused), the
+``instances.log`` that is appended, flushed and fsynced a sentence at a time (a torn last line is cut off and
+translated again), the lock that keeps two processes off one log, and ``translate_run``, which continues a run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from simulmt.errors import SimulmtError
+from simulmt.core.session import DecodeConfig, Translation
+from simulmt.evaluation.options import EvaluateOptions
+from simulmt.evaluation.runs import RunSpec
+from simulmt.evaluation.testset import TestSet
+
+if TYPE_CHECKING:
+    from simulmt.translator import Translator
+
+LOG, CONFIG, SCORES, SIMULEVAL_CONFIG = "instances.log", "config.json", "scores.json", "config.yaml"
+
+# config.json keys that must match for a rerun to continue a run (lines and ms_per_word may change)
+IDENTITY_KEYS = ("run", "model", "adapter", "dtype", "source_lang", "target_lang", "layout", "policy", "k", "n",
+                 "slot", "phi", "decode", "simulmt", "source_sha256", "reference_sha256", "shard", "first_line")
+TIMING_KEYS = ("elapsed", "wall_ms")  # the only fields of an instance that depend on the machine and the moment
+
+
+def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: TestSet) -> dict:
+    from simulmt import __version__
+
+    return {"run": spec.name, "model": model, "adapter": options.adapter, "dtype": options.dtype,
+            "source_lang": options.source_lang, "target_lang": options.target_lang, **spec.settings(),
+            "decode": asdict(DecodeConfig()), "simulmt": __version__,
+            "source": str(test_set.source_path), "reference": str(test_set.reference_path),
+            "source_sha256": test_set.source_sha256, "reference_sha256": test_set.reference_sha256,
+            "lines": len(test_set.sources), "ms_per_word": options.unit_ms, "batch_size": options.batch_size,
+            **({"source_type": "speech", "speech_model": options.speech_model or "shipped"} if options.source_audio
+               else {"shared_prompt": True})}  # text runs: one engine per run, the prompt computed once (prompt_cache.py)
+
+
+def _write_json(path: Path, data) -> None:
+    """Write atomically (a kill leaves the old file or the new one, never half of one)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, ensure_ascii=False, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SimulmtError(f"cannot read {path}: {exc}") from None
+
+
+def check_run_dir(directory: Path, config: dict) -> None:
+    """Refuse to continue a run directory written with other settings (or of unknown origin)."""
+    log, saved_path = directory / LOG, directory / CONFIG
+    if not saved_path.exists():
+        if log.exists() and log.stat().st_size > 0:
+            raise SimulmtError(f"{directory} has an {LOG} but no {CONFIG}: its settings are unknown, so it is not "
+                               f"continued; move it away or choose another --output")
+        return
+    saved = _read_json(saved_path)
+    changed = [key for key in IDENTITY_KEYS if saved.get(key) != config.get(key)]
+    if changed:
+        details = "; ".join(f"{key}: {saved.get(key)!r} there, {config.get(key)!r} now" for key in changed)
+        raise SimulmtError(f"{directory} was written with other settings ({details}). Its sentences are not mixed "
+                           f"with new ones: choose another --output, or delete that run directory")
+    done = len(read_log(log, repair=False)) if log.exists() else 0
+    if done > config["lines"]:
+        raise SimulmtError(f"{directory} already holds {done} finished sentences, more than the {config['lines']} "
+                           f"asked for now; use --lines {done} or more, or another --output")
+
+
+def read_log(path: Path, repair: bool = False, err: TextIO | None = None) -> list[dict]:
+    """The finished sentences of an ``instances.log``, in order.
+
+    The last line may be torn (the process was killed while writing it): it has no final newline, or does not
+    parse. It is dropped, and with ``repair`` cut off the file so that the sentence is translated again. Any
+    other broken line, or indices that are not 0, 1, 2, ..., is an error.
+    """
+    data = path.read_bytes()
+    records, good_end, start = [], 0, 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        last = end == -1 or end == len(data) - 1
+        line = data[start:] if end == -1 else data[start:end]
+        try:
+            record = json.loads(line) if end != -1 else None
+        except json.JSONDecodeError:
+            record = None
+        if record is None:
+            if not last:
+                raise SimulmtError(f"{path}: line {len(records) + 1} is not a JSON object; the log is damaged")
+            if repair:
+                with open(path, "r+b") as f:
+                    f.truncate(good_end)
+                    f.flush()
+                    os.fsync(f.fileno())
+                print(f"simulmt: {path}: dropped a torn last line (sentence {len(records)} is translated again)",
+                      file=err or sys.stderr)
+            break
+        if not isinstance(record, dict) or record.get("index") != len(records):
+            raise SimulmtError(f"{path}: line {len(records) + 1} should be the sentence with index {len(records)}, "
+                               f"found {record.get('index') if isinstance(record, dict) else record!r}")
+        records.append(record)
+        good_end = end + 1
+        start = end + 1
+    return records
+
+
+def instance_record(index: int, translation: Translation, reference: str) -> dict:
+    """One line of instances.log: SimulEval's keys first, then simulmt's cost counters."""
+    record = {"index": index, "prediction": translation.prediction, "delays": translation.delays,
+              "elapsed": translation.elapsed, "prediction_length": len(translation.delays), "reference": reference,
+              "source": translation.source, "source_length": translation.source_length,
+              "tokens_fed": translation.tokens_fed, "flops": translation.flops, "wall_ms": translation.wall_ms,
+              "forward_calls": translation.forward_calls, "cache_crops": translation.cache_crops,
+              "refed_tokens": translation.refed_tokens}
+    if hasattr(translation, "delays_ms"):  # speech: SimulEval's speech log, delays and source length in ms
+        record.update({"delays": translation.delays_ms, "source_length": translation.duration_ms,
+                       "delays_blocks": translation.delays, "encoder_ms": translation.encoder_ms,
+                       "adapter_ms": translation.adapter_ms})
+    if translation.error:
+        record["error"] = translation.error
+    return record
+
+
+class _Lock:
+    """An exclusive lock on a run directory, so that two processes never append to the same log."""
+
+    def __init__(self, directory: Path):
+        self.path = directory / ".lock"
+        self.handle = None
+
+    def __enter__(self):
+        self.handle = open(self.path, "a")
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock
+            return self
+        try:
+            fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.handle.close()
+            raise SimulmtError(f"another process is writing to {self.path.parent}; wait for it or stop it") from None
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+
+def translate_run(translator: "Translator", spec: RunSpec, test_set: TestSet, directory: Path, config: dict, *,
+                  progress: bool = True, err: TextIO | None = None, batch_size: int = 1) -> list[dict]:
+    """Translate the sentences of one run that are not in its log yet (``batch_size`` streams at a time, logged
+    in order as soon as each is done); return all its instances."""
+    err = err or sys.stderr
+    directory.mkdir(parents=True, exist_ok=True)
+    with _Lock(directory):
+        check_run_dir(directory, config)
+        _write_json(directory / CONFIG, config)
+        (directory / SIMULEVAL_CONFIG).write_text(f"source_type: {config.get('source_type', 'text')}\n"
+                                                  f"target_type: text\n", encoding="utf-8")
+        log = directory / LOG
+        records = read_log(log, repair=True, err=err) if log.exists() else []
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(test_set.sources), initial=len(records), desc=spec.name, unit="sent", file=err,
+                       dynamic_ncols=True)
+        try:
+            with open(log, "ab") as f:
+                start = len(records)
+                remaining = (test_set.sources[i] for i in range(start, len(test_set.sources)))
+                translations = translator.translate_iter(remaining, batch_size=batch_size, **spec.session_kwargs())
+                for index, translation in enumerate(translations, start):  # in order, as soon as each is done
+                    if translation.error:  # e.g. too long for the context: recorded, counted, reported
+                        message = f"simulmt: {spec.name}: sentence {index}: {translation.error}"
+                        if bar is not None:
+                            bar.write(message, file=err)
+                        else:
+                            print(message, file=err)
+                    record = instance_record(index, translation, test_set.references[index])
+                    f.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+                    f.flush()
+                    os.fsync(f.fileno())
+                    records.append(record)
+                    if bar is not None:
+                        bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+    return records
