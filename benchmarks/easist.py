@@ -14,9 +14,14 @@ commands go to ``--results`` (committed); models, audio and logs stay in ``--wor
 The data, fixed in advance (no choice is made on a test set):
 
 * text stage: Multi30k train lines ``--text-first`` .. (after the ones the expost adapter it starts from saw),
-  ``--text-pairs`` of them, laid out with ``--policy mixed``: half wait-k (``--k-mix``: long tails after the last
-  read), half read-n (``--n-mix``: chunks of several words); then the policy head on the next ``--head-pairs``
-  lines, with the model's own oracle labels;
+  ``--text-pairs`` of them, laid out with ``--schedule``: ``mixed`` is half wait-k (``--k-mix``: long tails after
+  the last read), half read-n (``--n-mix``: chunks of several words, each followed by the target words proportional
+  to the source read so far); ``read-n`` is read-n only. Then the policy head on the next ``--head-pairs`` lines,
+  with the model's own oracle labels. Why ``read-n``: served by the learned policy, the model writes a chunk until
+  it ends it itself, and the wait-k half teaches it to end a chunk after one word whatever it has read; the head
+  then reads several words per chunk and the model falls behind and drops source (the mixed run's learned
+  policy wrote 0.64-0.68 target words per reference word against wait-3's 0.89). read-n teaches it to catch up;
+* the speech-simul stage takes the same schedule (``read-n``: no ``--k-mix``);
 * speech: the text stage's first ``--speech-pairs`` source lines spoken by espeak-ng (simulmt.speech.synth);
   the test set is Multi30k test2016's first ``--speech-test-lines`` lines spoken with another seed;
 * scores: Multi30k test2016's first ``--test-lines`` lines (text), wait-k and the learned policy at every tau, the
@@ -52,6 +57,7 @@ class Plan:
     text_first: int = 9101  # 1-based Multi30k train line where the text stage's pairs start
     text_pairs: int = 2400
     head_pairs: int = 600
+    schedule: str = "mixed"  # text stage and speech-simul: mixed (wait-k over k_mix + read-n over n_mix) or read-n
     k_mix: str = "1,2,3,5,7"
     n_mix: str = "1,2,3,4"
     batch_size: int = 8
@@ -137,6 +143,9 @@ def stages(plan: Plan) -> list[Stage]:
     cli = [sys.executable, "-m", "simulmt"]
     synth = [sys.executable, "-m", "simulmt.speech.synth", "corpus"]
     start = ["--init-adapter", plan.start_adapter] if plan.start_adapter else []
+    if plan.schedule not in ("mixed", "read-n"):
+        raise SystemExit(f"--schedule is mixed or read-n, got {plan.schedule!r}")
+    wait_k = ["--k-mix", plan.k_mix] if plan.schedule == "mixed" else []  # speech-simul: read-n without a k-mix
     head = str(w / "head" / "adapter")
     speech = ["--corpus", str(w / "speech-train" / "manifest.jsonl"), "--model", plan.model, "--adapter", head,
               "--encoder", plan.encoder, "--adapter-hidden", str(plan.adapter_hidden)]
@@ -146,7 +155,7 @@ def stages(plan: Plan) -> list[Stage]:
     out = [
         Stage("text", w / "text" / "adapter" / "adapter_config.json", [
             *cli, "finetune", "--train-source", str(d / "text.en"), "--train-target", str(d / "text.de"),
-            "--model", plan.model, "--recipe", "interleaved", "--policy", "mixed", "--k-mix", plan.k_mix,
+            "--model", plan.model, "--recipe", "interleaved", "--policy", plan.schedule, *wait_k,
             "--n-mix", plan.n_mix, *start, "--batch-size", str(plan.batch_size), "--grad-accum", str(plan.grad_accum),
             "--epochs", "1", "--save-steps", "10", "--eval-lines", "0", "--output", str(w / "text")],
             resumable=w / "text", timed=True),
@@ -172,7 +181,7 @@ def stages(plan: Plan) -> list[Stage]:
             resumable=w / "sp-align" / "checkpoint.pt", timed=True),
         Stage("speech-simul", w / "sp-simul" / "model" / "speech.json", [
             *cli, "finetune", "--recipe", "speech-simul", *speech, "--speech-adapter", str(w / "sp-align" / "model"),
-            "--n-mix", plan.n_mix, "--k-mix", plan.k_mix, "--steps", str(plan.simul_steps), "--batch-size", "8",
+            "--n-mix", plan.n_mix, *wait_k, "--steps", str(plan.simul_steps), "--batch-size", "8",
             "--lr", "5e-4", "--save-steps", "10", "--output", str(w / "sp-simul")],
             resumable=w / "sp-simul" / "checkpoint.pt", timed=True),
         Stage("speech-policy", w / "sp-policy" / "model" / "speech.json", [
@@ -298,7 +307,7 @@ def write_page(plan: Plan) -> Path:
         status = "" if s["returncode"] == 0 else f" (exit {s['returncode']})"
         page += [f"- {s['stage']}{status}: {s['wall_seconds'] / 60:.1f} min wall, {s['cpu_seconds'] / 60:.1f} min CPU",
                  "", f"  `{s['command']}`", ""]
-    path = r.parent / "easist.md"
+    path = r.parent / f"{r.name}.md"  # docs/easist -> docs/easist.md
     path.write_text("\n".join(page) + "\n", encoding="utf-8")
     say(f"wrote {path}")
     return path
