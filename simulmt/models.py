@@ -508,8 +508,10 @@ SLOW_BF16 = ("simulmt: this CPU has no native bfloat16 arithmetic (no AVX-512 BF
 
 
 def _warn_if_slow_bf16(dtype: torch.dtype, device: str) -> None:
+    if dtype != torch.bfloat16 or not device.startswith("cpu"):  # read the flags only when they matter
+        return
     flags = cpu_flags()
-    if dtype == torch.bfloat16 and device == "cpu" and flags is not None and not flags & {"avx512_bf16", "amx_bf16"}:
+    if flags is not None and not flags & {"avx512_bf16", "amx_bf16"}:
         print(SLOW_BF16, file=sys.stderr)
 
 
