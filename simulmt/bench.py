@@ -518,7 +518,7 @@ def run(options: BenchOptions, parser: argparse.ArgumentParser, load_translator:
             print(f"simulmt: error: {exc}", file=sys.stderr)
             return 1
     bench.settings.update(source=options.source, threads=torch.get_num_threads(),
-                          device=str(translator.runner.device), dtype=options.dtype,
+                          device=str(translator.runner.device), dtype=translator.dtype,
                           torch=torch.__version__.split("+")[0], simulmt=__version__)
     print_report(bench, sys.stdout, terminal=sys.stdout.isatty())
     if options.output:
@@ -540,7 +540,7 @@ def _run_streams(options: BenchOptions, translator: "Translator", sentences: lis
     kwargs = dict(layout=options.layout_names[0], policy=options.policy_names[0], k=options.k, n=options.n,
                   slot=options.slot, phi=options.phi)
     print(f"simulmt bench: {len(sentences)} sentences, {kwargs['layout']} {kwargs['policy']}, streams "
-          f"{options.stream_counts} on {translator.name} ({options.dtype}, {torch.get_num_threads()} threads)",
+          f"{options.stream_counts} on {translator.name} ({translator.dtype}, {torch.get_num_threads()} threads)",
           file=sys.stderr, flush=True)
     points = throughput.measure_all(
         translator, sentences, options.stream_counts, kwargs,
@@ -551,7 +551,7 @@ def _run_streams(options: BenchOptions, translator: "Translator", sentences: lis
         out = Path(options.output)
         out.mkdir(parents=True, exist_ok=True)
         settings = {**kwargs, "model": translator.name, "source": options.source, "lines": len(sentences),
-                    "dtype": options.dtype, "threads": torch.get_num_threads(), "device": str(translator.runner.device),
+                    "dtype": translator.dtype, "threads": torch.get_num_threads(), "device": str(translator.runner.device),
                     "torch": torch.__version__.split("+")[0], "simulmt": __version__}
         path = out / "bench-streams.json"
         path.write_text(json.dumps({"settings": settings, "points": [p.to_json() for p in points]}, indent=2) + "\n",
@@ -595,7 +595,7 @@ def _run_speech(options: BenchOptions) -> int:
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
-    bench["settings"] = {"model": speech.name, "speech_model": str(folder), "dtype": options.dtype,
+    bench["settings"] = {"model": speech.name, "speech_model": str(folder), "dtype": speech.translator.dtype,
                          "threads": torch.get_num_threads(), "block_ms": speech.config.block_ms,
                          "device": str(speech.translator.runner.device), "torch": torch.__version__.split("+")[0],
                          "simulmt": __version__}

@@ -74,7 +74,7 @@ class TranslateOptions:
         "metavar": "DIR"})
     batch_size: int = batch_size_field()
     device: str | None = device_field()
-    dtype: str = dtype_field()
+    dtype: str = dtype_field("auto")
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:
@@ -105,6 +105,7 @@ class DemoOptions:
     speech_model: str | None = field(default=None, metadata={
         "help": "with --audio: a speech model folder (simulmt finetune-speech's DIR/model; default: the shipped one)",
         "metavar": "DIR"})
+    dtype: str = dtype_field("auto")
 
     def __post_init__(self):
         if self.k < 1:
@@ -357,7 +358,7 @@ def _run_speech_demo(options: DemoOptions) -> int:
     try:
         folder = options.speech_model or default_speech_model()
         print(f"simulmt demo: loading the speech model {folder} ...", flush=True)
-        speech = SpeechTranslator.load(folder)
+        speech = SpeechTranslator.load(folder, dtype=options.dtype)
         policy = "learned" if speech.translator.policy_head is not None else "wait-k"
         return run_speech_demo(speech, policy=policy, k=options.k)
     except SimulmtError as exc:
@@ -392,7 +393,8 @@ def _run_demo(options: DemoOptions) -> int:
     model = options.model or DEFAULT_MODEL
     print(f"simulmt demo: loading model {model} (adapter: {options.adapter}) ...", flush=True)
     try:
-        translator = _load_translator(model=model, adapter=options.adapter, source_lang="en", target_lang="de")
+        translator = _load_translator(model=model, adapter=options.adapter, source_lang="en", target_lang="de",
+                                      dtype=options.dtype)
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1

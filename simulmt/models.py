@@ -35,7 +35,7 @@ import torch
 
 from simulmt.adapters import resolve_adapter
 from simulmt.errors import ModelNotFoundError, SimulmtError
-from simulmt.core.packed_linear import pack_linears
+from simulmt.core.packed_linear import fbgemm_available, pack_linears, weights_dtype
 from simulmt.core.vocabulary import mark_special_tokens
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class LoadedModel:
     name: str
     adapter: str | None
     adapter_dir: Path | None = None  # where the adapter was loaded from (its policy head, if any, sits there)
+    dtype: str = "float32"  # what the weights became (``"auto"`` resolved; ``"float16-packed"`` when packed)
 
 
 # --------------------------------------------------------------------------- packaged models
@@ -478,6 +479,20 @@ def _load_adapter(model, adapter: str | Path, merge: bool, tokenizer=None):
 
 
 PACKED = "float16-packed"
+AUTO_DTYPE = "auto"
+
+
+def resolve_dtype(dtype: torch.dtype | str, device: str | None = None) -> torch.dtype | str:
+    """``"auto"`` -> the fastest dtype measured for ``device`` (default: cuda when a GPU is visible, else cpu):
+    bfloat16 on a GPU that has it (else float16); float16-packed on a CPU with fbgemm (x86: half the weight
+    traffic of float32 and it batches; docs in :mod:`simulmt.core.packed_linear`), else float32.
+    Any other value is returned unchanged."""
+    if not (isinstance(dtype, str) and dtype == AUTO_DTYPE):
+        return dtype
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return PACKED if device.startswith("cpu") and fbgemm_available() else "float32"
 
 
 def model_dtype(dtype: torch.dtype | str) -> tuple[torch.dtype, bool]:
@@ -488,7 +503,7 @@ def model_dtype(dtype: torch.dtype | str) -> tuple[torch.dtype, bool]:
         return torch.float32, True
     value = getattr(torch, str(dtype), None)
     if not isinstance(value, torch.dtype) or not value.is_floating_point:
-        raise SimulmtError(f"unknown dtype {dtype!r}: use float32, bfloat16, float16 or {PACKED}")
+        raise SimulmtError(f"unknown dtype {dtype!r}: use {AUTO_DTYPE}, float32, bfloat16, float16 or {PACKED}")
     return value, False
 
 
@@ -532,14 +547,17 @@ def load_model(
     the weights (``merge_adapter``; about twice as fast to run) unless that is turned off.
     ``device``: where the model runs; default ``cuda`` when a GPU is visible, else ``cpu``.
     ``dtype``: a torch dtype or its name, or ``"float16-packed"``: float32 with every linear layer's weights in
-    float16 prepacked for fbgemm (CPU only; :mod:`simulmt.core.packed_linear`).
+    float16 prepacked for fbgemm (CPU only; :mod:`simulmt.core.packed_linear`), or ``"auto"``
+    (:func:`resolve_dtype`; a model whose weights do not fit float16 then stays float32).
+    ``LoadedModel.dtype`` says what it became.
 
     See the module docstring for how ``name`` is resolved. Raises
     :class:`ModelNotFoundError` when ``name`` resolves to nothing, and
     :class:`SimulmtError` for a missing or unusable adapter.
     """
     name = str(name)
-    dtype, packed = model_dtype(dtype)
+    auto = isinstance(dtype, str) and dtype == AUTO_DTYPE
+    dtype, packed = model_dtype(resolve_dtype(dtype, device))
     loaded = None
     tried: list[str] = []
 
@@ -593,11 +611,18 @@ def load_model(
     model.eval()
     _warn_if_slow_bf16(dtype, str(device))
     if packed:
-        pack_linears(model)
+        try:
+            pack_linears(model)  # all or nothing: it checks every layer before it replaces one
+        except SimulmtError as exc:
+            if not auto:
+                raise
+            print(f"simulmt: --dtype auto: staying float32 ({exc})", file=sys.stderr)
+            packed = False
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
         name=name,
         adapter=resolved[0] if resolved is not None else None,
         adapter_dir=resolved[1] if resolved is not None else None,
+        dtype=weights_dtype(model),
     )

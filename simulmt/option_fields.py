@@ -15,7 +15,7 @@ from simulmt.models import DEFAULT_MODEL, packaged_model_names
 __all__ = ["adapter_field", "device_field", "dtype_field", "k_field", "language_field", "model_field", "n_field",
            "phi_field", "slot_field"]
 
-DTYPES = ("float32", "bfloat16", "float16", "float16-packed")
+DTYPES = ("auto", "float32", "bfloat16", "float16", "float16-packed")
 
 
 def model_field():
@@ -40,11 +40,14 @@ def device_field():
         "help": "where the model runs (cpu, cuda, cuda:1, ...); default: cuda when a GPU is visible, else cpu"})
 
 
-def dtype_field():
-    return field(default="float32", metadata={
-        "help": "model weights' dtype: bfloat16 halves memory on a GPU; float16-packed (CPU) keeps the linear "
-                "layers' weights in float16 packed for fbgemm, float32 activations: about half the memory "
-                "traffic per token, and it batches where a CPU has no native bfloat16", "choices": DTYPES})
+def dtype_field(default: str = "float32"):
+    """Commands that measure (evaluate, bench) default to float32, the same numbers on every machine; commands that
+    serve a user (translate, demo, serve) default to ``auto``, the fastest measured dtype for the device."""
+    return field(default=default, metadata={
+        "help": "model weights' dtype: auto = bfloat16 on a GPU, float16-packed on an x86 CPU (else float32); "
+                "float16-packed (CPU) keeps the linear layers' weights in float16 packed for fbgemm, float32 "
+                "activations: about half the memory traffic per token, and it batches where a CPU has no native "
+                f"bfloat16; default: {default}", "choices": DTYPES})
 
 
 def k_field():

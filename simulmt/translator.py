@@ -23,6 +23,7 @@ from simulmt.core.prompt_format import PromptFormat, build_format, newline_ids, 
 from simulmt.core.runner import ModelRunner
 from simulmt.core.session import DecodeConfig, StreamingSession, Translation, WrittenWord
 from simulmt.core.engine import Engine, run_ordered
+from simulmt.core.packed_linear import weights_dtype
 from simulmt.errors import SimulmtError
 from simulmt.core.samplers import Sampler
 from simulmt.core.stream import Stream, Vocabulary
@@ -46,6 +47,11 @@ class Translator:
         self.special = token_table(special_token_ids(tokenizer), self.runner.compute.vocab)
         stops = token_table(self.fmt.stop_ids, self.runner.compute.vocab)
         self.vocabulary = Vocabulary(self.word_starts, stops, self.special & ~stops)
+
+    @property
+    def dtype(self) -> str:
+        """What the model computes with (``"float32"``, ``"bfloat16"``, ``"float16-packed"``, ...)."""
+        return weights_dtype(self.model)
 
     @classmethod
     def load(cls, model: str | None = None, adapter: str | None = "auto", *, source_lang: str = "en",

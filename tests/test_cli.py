@@ -89,7 +89,7 @@ def test_jsonl(loads, capsys, input_file):
     assert cli.main(["translate", "--policy", "wait-k", "--k", str(k), "--jsonl", "--target-lang", "German",
                      str(input_file)]) == 0
     assert loads == [dict(model=None, adapter="auto", source_lang="en", target_lang="German", device=None,
-                          dtype="float32")]
+                          dtype="auto")]
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 3
     for row in rows:
@@ -325,3 +325,17 @@ def test_batch_size_prints_exactly_what_one_stream_prints(loads, capsys, tmp_pat
 def test_batch_size_must_be_positive(loads, capsys, input_file):
     assert cli.main(["translate", "--batch-size", "0", str(input_file)]) == 2
     assert "--batch-size must be at least 1" in capsys.readouterr().err
+
+
+def test_dtype_defaults_serve_users_fast_and_measure_the_same_everywhere():
+    """translate, demo and serve default to auto (float16-packed on a CPU, bfloat16 on a GPU); evaluate and bench
+    to float32, so their numbers do not depend on the machine unless asked."""
+    from simulmt.bench import BenchOptions
+    from simulmt.option_fields import DTYPES
+    from simulmt.service.server import ServeOptions
+
+    assert cli.TranslateOptions().dtype == cli.DemoOptions().dtype == ServeOptions().dtype == "auto"
+    assert BenchOptions(source="s").dtype == "float32"
+    assert "auto" in DTYPES
+    parser, _ = cli.build_parser()
+    assert parser.parse_args(["translate", "--dtype", "auto"]).dtype == "auto"

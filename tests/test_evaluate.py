@@ -215,6 +215,16 @@ def test_changed_settings_are_refused(monkeypatch, tmp_path, data, translator, l
         evaluate(translator, _options(data, tmp_path), progress=False)
 
 
+def test_dtype_auto_is_recorded_as_what_it_became(tmp_path, data, translator, loads, capsys):
+    """``--dtype auto`` resolves on the machine: the record says the dtype the model computes with, so a run made
+    with float32 continues under auto where auto means float32 (the tiny translator here)."""
+    evaluate(translator, _options(data, tmp_path, lines=2), progress=False)
+    assert cli.main(_args(data, tmp_path, "--layouts", "expost", "--ks", "2", "--no-offline", "--dtype", "auto")) == 0
+    assert loads[-1]["dtype"] == "auto" and translator.dtype == "float32"
+    assert json.loads((tmp_path / "expost-slot16.wait-2" / "config.json").read_text())["dtype"] == "float32"
+    assert EvaluateOptions(source="s", reference="r", output="o").dtype == "float32"  # measurements: the same on every machine
+
+
 def test_misaligned_files_are_an_error_before_loading(tmp_path, data, loads, capsys):
     short = tmp_path / "short.de"
     short.write_text("\n".join(REFERENCES[:3]) + "\n", encoding="utf-8")

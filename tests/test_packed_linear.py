@@ -14,7 +14,7 @@ from helpers import save_tiny_model
 from simulmt.core.packed_linear import PackedLinear, fbgemm_available, pack_linears
 from simulmt.core.runner import compute_model
 from simulmt.errors import SimulmtError
-from simulmt.models import load_model, model_dtype
+from simulmt.models import load_model, model_dtype, resolve_dtype
 from simulmt.translator import Translator
 from test_engine import assert_batched_equals_alone
 from tiny_models import make_model, make_tokenizer
@@ -85,3 +85,51 @@ def test_packing_refuses_what_it_cannot_run():
     lora = peft.get_peft_model(make_model("llama", len(tok)), peft.LoraConfig(r=2, target_modules=["q_proj"]))
     with pytest.raises(SimulmtError, match="adapter merged"):
         pack_linears(lora)
+
+
+def test_packing_is_all_or_nothing():
+    """A layer beyond float16's range is found before any layer is replaced: the model is left as it was."""
+    small, big = nn.Linear(4, 4), nn.Linear(4, 4)
+    with torch.no_grad():
+        big.weight[0, 0] = 1e6
+    model = nn.Sequential(small, big)
+    with pytest.raises(SimulmtError, match="layer 1 has a weight"):
+        pack_linears(model)
+    assert [type(m) for m in model] == [nn.Linear, nn.Linear]
+
+
+def test_auto_dtype_is_the_fastest_measured_one_for_the_device(monkeypatch):
+    assert resolve_dtype("auto", "cpu") == "float16-packed"
+    assert resolve_dtype("auto", "cpu:0") == "float16-packed"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert resolve_dtype("auto", "cuda") == "bfloat16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert resolve_dtype("auto", "cuda:1") == "float16"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_dtype("auto") == "float16-packed"  # no device given, no GPU: the CPU
+    for given in ("float32", "bfloat16", "float16-packed", torch.float16):
+        assert resolve_dtype(given, "cpu") == given
+
+
+def test_load_model_auto_packs_on_a_cpu_and_says_what_it_became(tmp_path):
+    folder = save_tiny_model(tmp_path / "tiny")
+    loaded = load_model(str(folder), dtype="auto", device="cpu")
+    assert loaded.dtype == "float16-packed"
+    assert isinstance(loaded.model.get_output_embeddings(), PackedLinear)
+    assert load_model(str(folder), dtype="float32", device="cpu").dtype == "float32"
+    translator = Translator.load(str(folder), adapter="none", dtype="auto", device="cpu")
+    assert translator.dtype == "float16-packed"
+
+
+def test_auto_stays_float32_for_weights_beyond_float16(tmp_path, capsys):
+    tok = make_tokenizer(chat=True)
+    model = make_model("llama", len(tok))
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight[0, 0] = 1e6
+    model.save_pretrained(tmp_path / "big")
+    tok.save_pretrained(tmp_path / "big")
+    loaded = load_model(str(tmp_path / "big"), dtype="auto", device="cpu")
+    assert loaded.dtype == "float32" and not any(isinstance(m, PackedLinear) for m in loaded.model.modules())
+    assert "--dtype auto: staying float32" in capsys.readouterr().err
+    with pytest.raises(SimulmtError, match="beyond float16's range"):
+        load_model(str(tmp_path / "big"), dtype="float16-packed", device="cpu")

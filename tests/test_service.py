@@ -191,6 +191,7 @@ def test_health_and_metrics(service):
     address, _ = service
     health = json.loads(urllib.request.urlopen(f"http://{address}/health", timeout=10).read())
     assert health["status"] == "ok" and health["max_streams"] == 20 and health["model"] == "tiny-llama"
+    assert health["dtype"] == "float32"
     text = urllib.request.urlopen(f"http://{address}/metrics", timeout=10).read().decode()
     for name in ("simulmt_active_streams", "simulmt_target_words_total", "simulmt_forward_rows_total",
                  "simulmt_queue_seconds_total"):

@@ -77,11 +77,24 @@ def pack_linears(model: nn.Module) -> int:
     if any(type(m).__module__.startswith("peft.") for m in model.modules()):
         raise SimulmtError("float16-packed weights need the adapter merged into the model (merge_adapter=True)")
     targets = [(name, m) for name, m in model.named_modules() if type(m) is nn.Linear]
+    for name, linear in targets:  # every layer is checked before any is replaced: a refusal leaves the model as it was
+        largest = float(linear.weight.detach().abs().max()) if linear.weight.numel() else 0.0
+        if largest > FLOAT16_MAX:
+            raise SimulmtError(f"layer {name or 'model'} has a weight of magnitude {largest:.3g}, beyond float16's "
+                               f"range ({FLOAT16_MAX:g}); this model cannot run with float16-packed weights")
     for name, linear in targets:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, PackedLinear(linear))
     return len(targets)
+
+
+def weights_dtype(model: nn.Module) -> str:
+    """What a model computes with: ``"float16-packed"`` when its linear layers are packed, else its parameters'
+    dtype by name (``"float32"``, ``"bfloat16"``, ...)."""
+    if any(isinstance(m, PackedLinear) for m in model.modules()):
+        return "float16-packed"
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
 
 
 def packed_weight_count(model: nn.Module) -> int:

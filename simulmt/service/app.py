@@ -15,7 +15,7 @@ Routes:
   (since the stream opened), "sentence"}`` for every target word as it is written; ``{"type": "sentence",
   "index", "source", "translation", "delays"}`` when a sentence is complete; ``{"type": "error", "message"}`` for
   bad input (the stream goes on). After ``end``: the remaining words and sentences, then a normal close (1000).
-* ``GET /health``: ``{"status": "ok", "model", "streams", "max_streams"}``.
+* ``GET /health``: ``{"status": "ok", "model", "dtype", "streams", "max_streams"}``.
 * ``GET /metrics``: Prometheus text format.
 * ``GET /``: the live-caption page (static HTML + JS, no build step).
 
@@ -201,6 +201,7 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
 
     async def health(request) -> JSONResponse:
         return JSONResponse({"status": "draining" if draining.is_set() else "ok", "model": hub.translator.name,
+                             "dtype": hub.translator.dtype,
                              "streams": hub.metrics.clients, "max_streams": hub.max_streams},
                             status_code=503 if draining.is_set() else 200)
 

@@ -35,7 +35,7 @@ class ServeOptions:
     idle_timeout: float = field(default=300.0, metadata={"help": "close a client silent for this many seconds"})
     max_frame_bytes: int = field(default=65536, metadata={"help": "largest client frame"})
     device: str | None = device_field()
-    dtype: str = dtype_field()
+    dtype: str = dtype_field("auto")
     replicas: int = field(default=1, metadata={
         "help": "serve N model replicas (processes) behind HAProxy on --host:--port, supervised (README, "
                 "\"Scaling out\")", "metavar": "N"})
