@@ -8,8 +8,11 @@ stages, and their scores, written to ``docs/easist.md``.
 Every stage is one ``simulmt`` command (or the synthesiser), run as its own process and listed on the page
 exactly as it ran, with its wall and CPU time. A stage whose output exists is not run again; a training stage cut
 by ``--max-minutes`` saves a checkpoint and the next run resumes it (``--resume``). Scores, training cards and the
-commands go to ``--results`` (committed); models, audio and logs stay in ``--work``. Ship a result with
-``scripts/ship_adapter.py WORK/head ...`` and ``scripts/ship_speech_model.py WORK/sp-policy ...`` once it is worth it.
+commands go to ``--results`` (committed); audio, checkpoints and logs stay in ``--work``. A checkout starts with
+an empty ``--work``, so each finished stage's result (final models, evaluation runs; not audio, which is
+regenerated in minutes) is also kept under ``RESULTS/kept`` and put back into ``--work`` when missing: commit it,
+and a fresh clone continues where the last one stopped. Ship a result with ``scripts/ship_adapter.py WORK/head
+...`` and ``scripts/ship_speech_model.py WORK/sp-policy ...`` once it is worth it.
 
 The data, fixed in advance (no choice is made on a test set):
 
@@ -127,6 +130,7 @@ class Stage:
     command: list[str]
     resumable: Path | None = None  # a checkpoint: when it exists, the command gets --resume
     timed: bool = False  # the command takes --max-minutes
+    keep: tuple[str, ...] = ()  # paths under WORK kept under RESULTS/kept once the stage finishes
 
     @property
     def finished(self) -> bool:
@@ -158,17 +162,19 @@ def stages(plan: Plan) -> list[Stage]:
             "--model", plan.model, "--recipe", "interleaved", "--policy", plan.schedule, *wait_k,
             "--n-mix", plan.n_mix, *start, "--batch-size", str(plan.batch_size), "--grad-accum", str(plan.grad_accum),
             "--epochs", "1", "--save-steps", "10", "--eval-lines", "0", "--output", str(w / "text")],
-            resumable=w / "text", timed=True),
+            resumable=w / "text", timed=True, keep=("text/adapter", "text/training.json")),
         Stage("head", w / "head" / "adapter" / "policy_head.safetensors", [
             *cli, "finetune", "--train-source", str(d / "head.en"), "--train-target", str(d / "head.de"),
             "--model", plan.model, "--recipe", "policy-head", "--head-labels", "oracle",
-            "--init-adapter", str(w / "text" / "adapter"), "--output", str(w / "head")]),
+            "--init-adapter", str(w / "text" / "adapter"), "--output", str(w / "head")],
+            keep=("head/adapter", "head/training.json")),
         Stage("text-eval", w / "eval-text" / "results.json", [
-            *cli, "evaluate", *text_eval, "--adapter", head, "--output", str(w / "eval-text")]),
+            *cli, "evaluate", *text_eval, "--adapter", head, "--output", str(w / "eval-text")], keep=("eval-text",)),
     ]
     if plan.compare_adapter:
         out.append(Stage("text-eval-before", w / "eval-text-before" / "results.json", [
-            *cli, "evaluate", *text_eval, "--adapter", plan.compare_adapter, "--output", str(w / "eval-text-before")]))
+            *cli, "evaluate", *text_eval, "--adapter", plan.compare_adapter, "--output", str(w / "eval-text-before")],
+            keep=("eval-text-before",)))
     out += [
         Stage("speech-data", w / "speech-train" / "manifest.jsonl", [
             *synth, str(d / "text.en"), str(d / "text.de"), str(w / "speech-train"), "--limit",
@@ -178,21 +184,22 @@ def stages(plan: Plan) -> list[Stage]:
         Stage("speech-align", w / "sp-align" / "model" / "speech.json", [
             *cli, "finetune", "--recipe", "speech-align", *speech, "--steps", str(plan.align_steps),
             "--batch-size", "8", "--lr", "1e-3", "--save-steps", "10", "--output", str(w / "sp-align")],
-            resumable=w / "sp-align" / "checkpoint.pt", timed=True),
+            resumable=w / "sp-align" / "checkpoint.pt", timed=True, keep=("sp-align/model", "sp-align/training.json")),
         Stage("speech-simul", w / "sp-simul" / "model" / "speech.json", [
             *cli, "finetune", "--recipe", "speech-simul", *speech, "--speech-adapter", str(w / "sp-align" / "model"),
             "--n-mix", plan.n_mix, *wait_k, "--steps", str(plan.simul_steps), "--batch-size", "8",
             "--lr", "5e-4", "--save-steps", "10", "--output", str(w / "sp-simul")],
-            resumable=w / "sp-simul" / "checkpoint.pt", timed=True),
+            resumable=w / "sp-simul" / "checkpoint.pt", timed=True, keep=("sp-simul/model", "sp-simul/training.json")),
         Stage("speech-policy", w / "sp-policy" / "model" / "speech.json", [
             *cli, "finetune", "--recipe", "speech-policy", *speech, "--speech-adapter", str(w / "sp-simul" / "model"),
-            "--head-labels", "oracle", "--limit", str(plan.policy_utterances), "--output", str(w / "sp-policy")]),
+            "--head-labels", "oracle", "--limit", str(plan.policy_utterances), "--output", str(w / "sp-policy")],
+            keep=("sp-policy/model", "sp-policy/training.json")),
         Stage("speech-eval", w / "eval-speech" / "results.json", [
             *cli, "evaluate", "--source-audio", str(w / "speech-test" / "test.list"), "--reference",
             str(w / "speech-test" / "test.de"), "--speech-model", str(w / "sp-policy" / "model"), "--layouts",
             "interleaved", "--policies", "wait-k,learned", "--ks", plan.speech_ks, "--taus", plan.taus,
             "--no-offline", "--batch-size", str(plan.eval_batch), "--dtype", "float32", "--output",
-            str(w / "eval-speech")]),
+            str(w / "eval-speech")], keep=("eval-speech",)),
         Stage("speech-bench", Path(plan.results) / "speech-bench.txt", [
             *cli, "bench", "--audio", str(w / "speech-test" / "test.list"), "--speech-model",
             str(w / "sp-policy" / "model"), "--lines", "20", "--policy", "wait-k,learned", "--k", "4", "--tau", "0.5",
@@ -219,7 +226,9 @@ def run_stage(plan: Plan, stage: Stage, deadline: float | None) -> bool:
         out = Path(command[command.index("--output") + 1])
         out.mkdir(parents=True, exist_ok=True)
         if not (out / "blocks").exists():
-            (out / "blocks").symlink_to((Path(plan.work) / "sp-align" / "blocks").resolve())
+            blocks = Path(plan.work) / "sp-align" / "blocks"  # absent when sp-align was restored from RESULTS/kept
+            blocks.mkdir(parents=True, exist_ok=True)
+            (out / "blocks").symlink_to(blocks.resolve())
     say(f"{stage.name}: {shlex.join(command)}")
     env = {**os.environ, "OMP_NUM_THREADS": str(plan.threads), "MKL_NUM_THREADS": str(plan.threads)}
     before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
@@ -247,6 +256,34 @@ def _portable(command: list[str], plan: Plan) -> list[str]:
         part = part.replace(str(ROOT) + "/", "")
         out.append(part.replace(str(Path(plan.data).resolve()), "../shared/data"))
     return [".venv/bin/simulmt", *out[3:]] if out[1:3] == ["-m", "simulmt"] else out
+
+
+# ---- kept results: a fresh checkout continues ---------------------------------------------------------------------
+def _copy(src: Path, dst: Path) -> None:
+    if src.is_dir():
+        shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("checkpoint*", "blocks", "*.tmp"))
+    else:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+
+
+def keep(plan: Plan, stage: Stage) -> None:
+    """Copy a finished stage's results from WORK to RESULTS/kept (committed with the page)."""
+    for rel in stage.keep:
+        if (Path(plan.work) / rel).exists():
+            _copy(Path(plan.work) / rel, Path(plan.results) / "kept" / rel)
+
+
+def restore(plan: Plan) -> list[str]:
+    """Put kept results that WORK lacks back into it (a fresh checkout); returns what was restored."""
+    restored = []
+    for stage in stages(plan):
+        for rel in stage.keep:
+            src, dst = Path(plan.results) / "kept" / rel, Path(plan.work) / rel
+            if src.exists() and not dst.exists():
+                _copy(src, dst)
+                restored.append(rel)
+    return restored
 
 
 # ---- the page --------------------------------------------------------------------------------------------------
@@ -324,8 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     if not plan.report_only:
         Path(plan.work).mkdir(parents=True, exist_ok=True)
         write_data(plan)
+        restored = restore(plan)
+        if restored:
+            say(f"restored from {Path(plan.results) / 'kept'}: {', '.join(restored)}")
         for stage in stages(plan):
             if stage.finished:
+                keep(plan, stage)  # a stage finished before results were kept
                 continue
             if deadline is not None and time.time() > deadline:
                 say(f"time is up before {stage.name}; rerun to continue")
@@ -335,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"{stage.name} did not finish (a time limit, or an error above); rerun to continue")
                 finished = False
                 break
+            keep(plan, stage)
         collect(plan)
     write_page(plan)
     return 0 if finished else 3

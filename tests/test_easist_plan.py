@@ -30,3 +30,32 @@ def test_the_page_is_named_after_the_results_folder(tmp_path):
     easist = load_benchmark("easist")
     page = easist.write_page(easist.Plan(results=str(tmp_path / "easist-readn"), schedule="read-n"))
     assert page == tmp_path / "easist-readn.md" and '"schedule": "read-n"' in page.read_text()
+
+
+def test_finished_stages_are_kept_and_a_fresh_work_folder_continues_from_them(tmp_path):
+    """A checkout starts with an empty work folder: what a finished stage produced is kept under RESULTS/kept
+    (models and scores, not checkpoints) and put back, so the stage counts as finished again."""
+    import json
+
+    easist = load_benchmark("easist")
+    plan = easist.Plan(work=str(tmp_path / "work"), results=str(tmp_path / "results"), schedule="read-n")
+    text = next(s for s in easist.stages(plan) if s.name == "text")
+    adapter = tmp_path / "work" / "text" / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text("{}")
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
+    (tmp_path / "work" / "text" / "checkpoint-10").mkdir()
+    (tmp_path / "work" / "text" / "training.json").write_text(json.dumps({"stopped_by_time_limit": False}))
+    assert text.finished
+    easist.keep(plan, text)
+    kept = tmp_path / "results" / "kept" / "text"
+    assert (kept / "adapter" / "adapter_model.safetensors").read_bytes() == b"weights"
+    assert not (kept / "checkpoint-10").exists()  # checkpoints stay in the work folder
+
+    fresh = easist.Plan(work=str(tmp_path / "fresh"), results=str(tmp_path / "results"), schedule="read-n")
+    text = next(s for s in easist.stages(fresh) if s.name == "text")
+    assert not text.finished
+    assert easist.restore(fresh) == ["text/adapter", "text/training.json"]
+    assert text.finished and easist.restore(fresh) == []  # nothing is copied twice
+    head = next(s for s in easist.stages(fresh) if s.name == "head")
+    assert not head.finished  # a stage that never finished is not restored
