@@ -498,27 +498,89 @@ def _training(plan: Plan) -> list[str]:
 
 
 def _orderings(runs: list[dict]) -> list[str]:
-    """The paper's claims, checked on what was measured (a claim without its runs is reported as not measured)."""
+    """The paper's claims, checked on what was measured (a claim without its runs is reported as not measured),
+    then the evidence for each claim that does not hold: BLEU per source length and the sentences that differ most."""
     out = ["## The paper's orderings, checked", ""]
-    test = "iwslt17"
-    e, g, p = _by(runs, test, "expost"), _by(runs, test, "gpe"), _by(runs, test, "prefix")
-    nm, sl = _by(runs, test, "expost-nomask"), _by(runs, test, "slotless")
-    for k in sorted(e):
-        checks = []
-        if k in g:
-            checks.append(f"ExPosST {'>=' if e[k]['BLEU'] >= g[k]['BLEU'] else '<'} GPE")
-        for label, other in (("w/o mask", nm), ("w/o slot", sl)):
-            if k in other:
-                checks.append(f"ExPosST {'>' if e[k]['BLEU'] > other[k]['BLEU'] else '<='} {label}")
-        if k in p:
-            gap = e[k]["BLEU"] - p[k]["BLEU"]
-            checks.append(f"ExPosST - prefix = {gap:+.2f} BLEU ({'within' if abs(gap) <= 1 or gap > 0 else 'not within'}"
-                          " 1)")
-            if k == 3 and e[k]["gflops"]:
-                ratio = p[k]["gflops"] / e[k]["gflops"]
-                checks.append(f"prefix / ExPosST GFLOPs = {ratio:.2f} ({'>=' if ratio >= 4 else '<'} 4)")
-        out.append(f"- wait-{k} ({test}): " + ("; ".join(checks) if checks else "not measured yet"))
-    return out + [""]
+    failed: list[tuple[str, str, int]] = []  # (test, other method, k) where ExPosST loses the claim
+    for test in TEST_SETS:
+        e, g, p = _by(runs, test, "expost"), _by(runs, test, "gpe"), _by(runs, test, "prefix")
+        nm, sl = _by(runs, test, "expost-nomask"), _by(runs, test, "slotless")
+        for k in sorted(e):
+            checks = []
+            if k in g:
+                holds = e[k]["BLEU"] >= g[k]["BLEU"]
+                checks.append(f"ExPosST {'>=' if holds else '<'} GPE")
+                failed += [] if holds else [(test, "gpe", k)]
+            for name, label, other in (("expost-nomask", "w/o mask", nm), ("slotless", "w/o slot", sl)):
+                if k in other:
+                    holds = e[k]["BLEU"] > other[k]["BLEU"]
+                    checks.append(f"ExPosST {'>' if holds else '<='} {label}")
+                    failed += [] if holds else [(test, name, k)]
+            if k in p:
+                gap = e[k]["BLEU"] - p[k]["BLEU"]
+                holds = gap >= -1
+                checks.append(f"ExPosST - prefix = {gap:+.2f} BLEU ({'within' if holds else 'not within'} 1)")
+                failed += [] if holds else [(test, "prefix", k)]
+                if k == 3 and e[k]["gflops"]:
+                    ratio = p[k]["gflops"] / e[k]["gflops"]
+                    checks.append(f"prefix / ExPosST GFLOPs = {ratio:.2f} ({'>=' if ratio >= 4 else '<'} 4)")
+            out.append(f"- wait-{k} ({test}): " + ("; ".join(checks) if checks else "not measured yet"))
+    out.append("")
+    return out + _length_breakdown(runs) + _examples(runs, failed)
+
+
+LENGTHS = ((1, 10), (11, 20), (21, 30), (31, 10_000))  # source words
+
+
+def _length_breakdown(runs: list[dict], k: int = 3) -> list[str]:
+    """BLEU per source-length bucket at wait-k (conversation: read-k; offline as is), per test set and method."""
+    from simulmt.metrics.quality import bleu
+
+    out = []
+    for test in TEST_SETS:
+        chosen = {r["method"]: r for r in runs if r["test"] == test and point(r)[1] in (k, None)}
+        if not chosen:
+            continue
+        buckets = {b: [i for i, ins in enumerate(next(iter(chosen.values()))["instances"])
+                       if b[0] <= len(ins["source"].split()) <= b[1]] for b in LENGTHS}
+        buckets = {b: idx for b, idx in buckets.items() if idx}
+        label = {b: f"{b[0]}-{b[1]}" if b[1] < 10_000 else f"{b[0]}+" for b in buckets}
+        out += [f"BLEU per source length at wait-{k} (conversation: read-{k}), {test}; sentences per bucket in the "
+                "header:", "", "| method | " + " | ".join(f"{label[b]} words ({len(i)})" for b, i in buckets.items())
+                + " |", "|---|" + "---:|" * len(buckets)]
+        for name in [m for m in METHODS if m in chosen]:
+            by_index = {ins["index"]: ins for ins in chosen[name]["instances"]}
+            cells = []
+            for idx in buckets.values():
+                pairs = [(by_index[i]["prediction"], by_index[i]["reference"]) for i in idx if i in by_index]
+                cells.append(f"{bleu([h for h, _ in pairs], [r for _, r in pairs])[0]:.2f}" if pairs else "-")
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+def _examples(runs: list[dict], failed: list[tuple[str, str, int]]) -> list[str]:
+    """For each claim that fails: the sentence where the other method's chrF most exceeds ExPosST's."""
+    from sacrebleu.metrics import CHRF
+
+    chrf = CHRF()
+    out = []
+    for test, other, k in failed:
+        e, o = _by(runs, test, "expost")[k], _by(runs, test, other)[k]
+        theirs = {ins["index"]: ins for ins in o["instances"]}
+        best = max(((chrf.sentence_score(theirs[ins["index"]]["prediction"], [ins["reference"]]).score
+                     - chrf.sentence_score(ins["prediction"], [ins["reference"]]).score, ins)
+                    for ins in e["instances"] if ins["index"] in theirs), key=lambda t: t[0], default=None)
+        if best is None:
+            continue
+        gap, ins = best
+        if not out:
+            out += ["Where a claim fails: the sentence where the other method's chrF most exceeds ExPosST's (one "
+                    "sentence each, an illustration; the length tables above are the summary):", ""]
+        out += [f"- {test}, wait-{k}, ExPosST vs {other}, line {ins['index'] + 1} (chrF {gap:+.1f}):", "",
+                f"  - source: {ins['source']}", f"  - reference: {ins['reference']}",
+                f"  - expost: {ins['prediction']}", f"  - {other}: {theirs[ins['index']]['prediction']}", ""]
+    return out
 
 
 def _seqpo(plan: Plan, runs: list[dict], results: Path) -> list[str]:

@@ -108,3 +108,30 @@ def test_reproduce_seqpo_trains_on_the_warmup_adapter_and_reports_both(tmp_path)
     assert (results / "seqpo_curves.png").is_file()
     # the training table lists the finetuned methods only (the RL card has no recipe)
     assert "| conversation | conversation" in page and "| seqpo |" not in page.split("## Training")[1].split("##")[0]
+
+
+def _run(test, method, k, bleu, predictions, sources, references, policy="wait-k"):
+    return {"test": test, "method": method, "run": f"{method}.wait-{k}", "BLEU": bleu, "gflops": 10.0,
+            "config": {"policy": policy, "k": k, "n": None},
+            "instances": [{"index": i, "source": s, "reference": r, "prediction": p}
+                          for i, (s, r, p) in enumerate(zip(sources, references, predictions))]}
+
+
+def test_orderings_report_failed_claims_with_lengths_and_an_example():
+    """A claim that fails (here: ExPosST below w/o mask at wait-3) is listed as failing, BLEU is broken down by
+    source length, and the sentence where the other method gains most is shown."""
+    reproduce = load_script()
+    sources = ["a b c", "a b c d e f g h i j k l", "one two three four five six seven eight nine ten eleven twelve"]
+    references = ["Der Hund läuft.", "Eine Frau hält eine kleine weiße Statue im Park.", "Zwei Männer spielen Fußball."]
+    good = references
+    bad = ["Der Hund läuft.", "Ein Mann steht.", "Zwei Männer spielen Fußball."]
+    runs = [_run("iwslt17", "expost", 3, 40.0, bad, sources, references),
+            _run("iwslt17", "expost-nomask", 3, 90.0, good, sources, references),
+            _run("iwslt17", "slotless", 3, 10.0, bad, sources, references)]
+    page = "\n".join(reproduce._orderings(runs))
+    assert "- wait-3 (iwslt17): ExPosST <= w/o mask; ExPosST > w/o slot" in page
+    assert "| method | 1-10 words (1) | 11-20 words (2) |" in page
+    assert "| expost-nomask | 100.00 | 100.00 |" in page
+    assert "iwslt17, wait-3, ExPosST vs expost-nomask, line 2" in page
+    assert "  - expost: Ein Mann steht." in page and "vs slotless" not in page  # only the failed claim
+    assert "multi30k" not in page  # a test set without runs is left out
