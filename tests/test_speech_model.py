@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from argparse import Namespace
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -146,6 +147,11 @@ def test_evaluate_on_audio_scores_in_ms(tmp_path):
     scores = json.loads((run / "scores.json").read_text())
     wait3 = json.loads((tmp_path / "grid" / "interleaved.wait-3" / "scores.json").read_text())
     assert 0 < scores["AL"] < wait3["AL"] < 2100 and scores["AL_CA"] >= scores["AL"]
+    batched = evaluate(sp, replace(options, output=str(tmp_path / "batched"), batch_size=2), progress=False)
+    for one, two in zip(results, batched):  # the same words and delays; the signature says what elapsed is
+        assert {k: v for k, v in one.scores.items() if not k.endswith("_CA") and k not in ("signature", "wall_ms")} == {
+            k: v for k, v in two.scores.items() if not k.endswith("_CA") and k not in ("signature", "wall_ms")}
+        assert two.scores["signature"]["latency"].endswith("|elapsed:in-engine+encoder-share,batch:2")
     (tmp_path / "bad.list").write_text("clip0.wav\nnope.wav\n")
     with pytest.raises(SimulmtError, match="not found, e.g. line 2"):
         evaluate(sp, EvaluateOptions(source_audio=str(tmp_path / "bad.list"), reference=str(tmp_path / "ref.de"),
@@ -236,3 +242,26 @@ def test_bench_on_audio_measures_rtf_and_streaming_against_offline(tmp_path, mon
     assert "wait-k (over blocks) or learned" in capsys.readouterr().err
     assert cli.main(["bench", "--audio", str(tmp_path / "none.wav"), "--speech-model", str(tmp_path)]) == 1
     assert "not found" in capsys.readouterr().err
+
+
+def test_batched_files_give_the_live_path_s_words_delays_and_times(tmp_path):
+    """``translate_iter(batch_size > 1)`` (what ``evaluate --source-audio --batch-size N`` runs) equals the live
+    one-at-a-time path in everything but wall times; a file that cannot be read fails alone, in its place."""
+    from simulmt.speech.synth import write_wav
+
+    sp = tiny_speech("gemma3")
+    paths = []
+    for seed, seconds in enumerate([1.7, 2.9, 1.1, 2.2]):
+        paths.append(tmp_path / f"u{seed}.wav")
+        write_wav(paths[-1], (audio(seconds, seed) * 32767).astype(np.int16), 16000)
+    paths.insert(2, tmp_path / "missing.wav")
+    live = list(sp.translate_iter(paths, layout="interleaved", policy="wait-k", k=3))
+    batched = list(sp.translate_iter(paths, batch_size=3, layout="interleaved", policy="wait-k", k=3))
+    assert [b.source for b in batched] == [str(p) for p in paths]
+    for a, b in zip(live, batched):
+        assert (a.prediction, a.delays, a.delays_ms, a.source_length) == (b.prediction, b.delays, b.delays_ms,
+                                                                          b.source_length)
+        assert b.duration_ms == pytest.approx(a.duration_ms) and (a.error is None) == (b.error is None)
+        assert b.elapsed == sorted(b.elapsed) and len(b.elapsed) == len(b.delays)
+    assert batched[2].error and "not found" in batched[2].error and batched[2].prediction == ""
+    assert all(b.prediction and b.encoder_ms > 0 for i, b in enumerate(batched) if i != 2)

@@ -75,7 +75,8 @@ def score_run(directory: Path, ms_per_word: float | None = None, write: bool = T
     metric_signatures = scores.pop("metric_signatures")
     batch = config.get("batch_size", 1)
     if batch > 1:  # computation-aware latency of a batched run: say what its elapsed times are
-        metric_signatures["latency"] += f"|elapsed:in-engine,batch:{batch}"
+        share = "+encoder-share" if config.get("source_type") == "speech" else ""  # SpeechTranslator._translate_batched
+        metric_signatures["latency"] += f"|elapsed:in-engine{share},batch:{batch}"
     if config.get("shared_prompt"):  # every sentence after the first took its prompt's keys/values from the cache
         metric_signatures["latency"] += "|prompt:shared"
     signature = {"model": config["model"], "adapter": config["adapter"], "dtype": config["dtype"],

@@ -123,11 +123,16 @@ class SpeechTranslator:
         return f"{self.translator.name}+speech({self.encoder.config.d_model}-dim encoder)"
 
     def translate_iter(self, paths, batch_size: int = 1, **kwargs):
-        """``Translator.translate_iter`` for WAV files: one utterance at a time, fed as a live stream (so *_CA
-        measures what a live stream costs); a file that fails gives a result with ``error`` set."""
+        """``Translator.translate_iter`` for WAV files, results in input order; a file that fails gives a result
+        with ``error`` set. ``batch_size`` 1: one utterance at a time, fed as a live stream (so *_CA measures what
+        one live stream costs); more: that many utterances advanced together on the model (``_translate_batched``:
+        the same predictions and delays)."""
         from simulmt.speech.translate_audio import read_audio
 
         layout, policy = kwargs.pop("layout", "interleaved"), kwargs.pop("policy", "wait-k")
+        if batch_size > 1:
+            yield from self._translate_batched(paths, batch_size, layout, policy, **kwargs)
+            return
         for path in paths:
             try:
                 result = self.translate(read_audio(path), layout, policy, **kwargs)
@@ -137,6 +142,46 @@ class SpeechTranslator:
                 yield SpeechTranslation(source=str(path), prediction="", delays=[], elapsed=[], tokens_fed=0,
                                         flops=0.0, layout=str(layout), policy=str(policy), slot=None,
                                         error=str(exc))
+
+    def _translate_batched(self, paths, batch_size: int, layout: str, policy: str, **kwargs):
+        """Up to ``batch_size`` utterances at a time on one engine (:func:`simulmt.core.engine.run_ordered`).
+        Each file is encoded whole into exactly the blocks streaming gives (``encode``), and its stream reads them
+        as its policy asks, so predictions and delays equal the live path's (tests/test_speech_model.py). A
+        word's ``elapsed`` is its stream's time in the engine (sharing forwards with the others) plus the encoder
+        and adapter time of the blocks read before it (the utterance's time, pro rata over its blocks)."""
+        from simulmt.core.engine import Engine, run_ordered
+        from simulmt.speech.translate_audio import read_audio
+
+        facts: dict[int, tuple[str, list[float], float, float, float]] = {}  # id(stream) -> path, available, ...
+
+        def streams():
+            for path in paths:
+                stream = self.translator.new_stream(layout, policy, **kwargs)
+                facts[id(stream)] = (str(path), [], 0.0, 0.0, 0.0)
+                try:
+                    audio = read_audio(path)
+                    started = time.perf_counter()
+                    blocks = self.encode(audio)
+                    encoded = time.perf_counter()
+                    embeddings = self.embed(blocks)
+                    spans = utterance_spans(self.config, len(audio), self.encoder.config.max_source_positions)
+                    facts[id(stream)] = (str(path), [span.available_ms for span in spans], len(audio) / 16.0,
+                                         1000 * (encoded - started), 1000 * (time.perf_counter() - encoded))
+                    stream.push_embedded(embeddings, finished=True,
+                                         labels=[f"[{b.start_ms / 1000:.2f}-{b.end_ms / 1000:.2f}s]" for b in spans])
+                except SimulmtError as exc:
+                    stream.error = exc
+                yield stream
+
+        for stream in run_ordered(streams(), Engine(self.translator.runner), batch_size):
+            path, available, duration, encoder_ms, adapter_ms = facts.pop(id(stream))
+            base = stream.result()
+            per_block = (encoder_ms + adapter_ms) / len(available) if available else 0.0
+            elapsed = [round(e + per_block * d, 3) for e, d in zip(base.elapsed, base.delays)]
+            yield SpeechTranslation(**{**asdict(base), "source": path, "elapsed": elapsed},
+                                    delays_ms=[available[d - 1] if d else 0.0 for d in base.delays],
+                                    duration_ms=duration, encoder_ms=round(encoder_ms, 3),
+                                    adapter_ms=round(adapter_ms, 3))
 
     # ---- streaming -------------------------------------------------------------------------------------------
     def session(self, layout: str = "interleaved", policy: str = "wait-k", **kwargs) -> "SpeechSession":
