@@ -265,3 +265,12 @@ def test_batched_files_give_the_live_path_s_words_delays_and_times(tmp_path):
         assert b.elapsed == sorted(b.elapsed) and len(b.elapsed) == len(b.delays)
     assert batched[2].error and "not found" in batched[2].error and batched[2].prediction == ""
     assert all(b.prediction and b.encoder_ms > 0 for i, b in enumerate(batched) if i != 2)
+    # the learned policy decides on hidden states the engine computes for several streams at once
+    from simulmt.core.learned_policy import PolicyHead
+
+    sp.translator.policy_head = PolicyHead(torch.randn(2, sp.translator.model.config.hidden_size,
+                                                       generator=torch.Generator().manual_seed(3)), torch.zeros(2))
+    live = list(sp.translate_iter(paths, layout="interleaved", policy="learned", tau=0.5))
+    batched = list(sp.translate_iter(paths, batch_size=3, layout="interleaved", policy="learned", tau=0.5))
+    assert [(a.prediction, a.delays) for a in live] == [(b.prediction, b.delays) for b in batched]
+    assert len({tuple(a.delays) for a in live if a.delays}) > 1  # the head's decisions differ between files
