@@ -171,10 +171,6 @@ def stages(plan: Plan) -> list[Stage]:
         Stage("text-eval", w / "eval-text" / "results.json", [
             *cli, "evaluate", *text_eval, "--adapter", head, "--output", str(w / "eval-text")], keep=("eval-text",)),
     ]
-    if plan.compare_adapter:
-        out.append(Stage("text-eval-before", w / "eval-text-before" / "results.json", [
-            *cli, "evaluate", *text_eval, "--adapter", plan.compare_adapter, "--output", str(w / "eval-text-before")],
-            keep=("eval-text-before",)))
     out += [
         Stage("speech-data", w / "speech-train" / "manifest.jsonl", [
             *synth, str(d / "text.en"), str(d / "text.de"), str(w / "speech-train"), "--limit",
@@ -210,6 +206,10 @@ def stages(plan: Plan) -> list[Stage]:
             "--markdown", str(Path(plan.results) / "speech_vs_text.md"), "--plot",
             str(Path(plan.results) / "speech_vs_text.png")]),
     ]
+    if plan.compare_adapter:  # a comparison, not a step of the method: last
+        out.append(Stage("text-eval-before", w / "eval-text-before" / "results.json", [
+            *cli, "evaluate", *text_eval, "--adapter", plan.compare_adapter, "--output", str(w / "eval-text-before")],
+            keep=("eval-text-before",)))
     return out
 
 
