@@ -40,7 +40,8 @@ def run_demo(translator, *, k: int = 3, fine_tuned: bool = False, out: TextIO | 
         console.print(f"[bold]adapter[/] {escape(str(getattr(translator, 'adapter', '')))}")
     console.print(f"[bold]layout[/]  {LAYOUT} (slot {SLOT}): source positions are reserved ahead, the cache is reused")
     console.print(f"[bold]policy[/]  wait-k, k={k}: target word j is written once {k} + j - 1 source words are read")
-    console.print("[bold]task[/]    English -> German, greedy decoding on CPU; the source arrives word by word")
+    console.print(f"[bold]task[/]    English -> German, greedy decoding on {translator.runner.device} "
+                  f"({translator.dtype} weights); the source arrives word by word")
     if not fine_tuned:
         console.print("[bold yellow]NOTE:[/] no adapter: this is the base model, NOT fine-tuned for simultaneous "
                       "translation, so the translations will be poor. Without --adapter, the adapter shipped for "

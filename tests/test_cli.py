@@ -170,6 +170,7 @@ def test_demo(loads, capsys):
         assert sentence in out
     assert out.count("READ ") == sum(len(s.split()) for s in DEMO)
     assert "WRITE" in out and "delay 2" in out and "total" in out
+    assert "greedy decoding on cpu (float32 weights)" in out and loads[0]["dtype"] == "auto"
 
 
 def test_demo_with_an_adapter_names_it_and_drops_the_notice(loads, translator, monkeypatch, capsys):
