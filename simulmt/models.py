@@ -484,14 +484,15 @@ AUTO_DTYPE = "auto"
 
 def resolve_dtype(dtype: torch.dtype | str, device: str | None = None) -> torch.dtype | str:
     """``"auto"`` -> the fastest dtype measured for ``device`` (default: cuda when a GPU is visible, else cpu):
-    bfloat16 on a GPU that has it (else float16); float16-packed on a CPU with fbgemm (x86: half the weight
-    traffic of float32 and it batches; docs in :mod:`simulmt.core.packed_linear`), else float32.
+    bfloat16 on a GPU that has it (else float32: float16 activations overflow in models such as Gemma 3);
+    float16-packed on a CPU with fbgemm (x86: half the weight traffic of float32 and it batches, activations stay
+    float32; :mod:`simulmt.core.packed_linear`), else float32.
     Any other value is returned unchanged."""
     if not (isinstance(dtype, str) and dtype == AUTO_DTYPE):
         return dtype
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda"):
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
     return PACKED if device.startswith("cpu") and fbgemm_available() else "float32"
 
 

@@ -44,7 +44,7 @@ def dtype_field(default: str = "float32"):
     """Commands that measure (evaluate, bench) default to float32, the same numbers on every machine; commands that
     serve a user (translate, demo, serve) default to ``auto``, the fastest measured dtype for the device."""
     return field(default=default, metadata={
-        "help": "model weights' dtype: auto = bfloat16 on a GPU, float16-packed on an x86 CPU (else float32); "
+        "help": "model weights' dtype: auto = bfloat16 on a GPU with bf16, float16-packed on an x86 CPU, else float32; "
                 "float16-packed (CPU) keeps the linear layers' weights in float16 packed for fbgemm, float32 "
                 "activations: about half the memory traffic per token, and it batches where a CPU has no native "
                 f"bfloat16; default: {default}", "choices": DTYPES})
