@@ -35,6 +35,7 @@ The data, fixed in advance (no choice is made on a test set):
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -260,26 +261,59 @@ def _portable(command: list[str], plan: Plan) -> list[str]:
 
 # ---- kept results: a fresh checkout continues ---------------------------------------------------------------------
 def _copy(src: Path, dst: Path) -> None:
+    """Copy a file or a folder (without checkpoints and caches) whole or not at all: into ``dst.partial``, then
+    renamed, so a copy cut short is never taken for a result."""
+    partial = dst.with_name(dst.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
     if src.is_dir():
-        shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("checkpoint*", "blocks", "*.tmp"))
+        shutil.copytree(src, partial, ignore=shutil.ignore_patterns("checkpoint*", "blocks", "*.tmp", "*.partial"))
     else:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
+        shutil.copyfile(src, partial)
+    if dst.is_dir():
+        shutil.rmtree(dst)
+    partial.replace(dst)
+
+
+def _identity(plan: Plan, stage: Stage) -> str:
+    """What made a kept result: the stage's command, with the work and results folders named, not spelled, and
+    the content hash of every input file it names (the plan writes WORK/data from its own settings)."""
+    command = shlex.join(_portable(stage.command, plan))
+    for folder, name in ((plan.work, "WORK"), (plan.results, "RESULTS")):
+        for spelling in (str(Path(folder).resolve()), str(Path(folder))):
+            command = command.replace(spelling.replace(str(ROOT) + "/", ""), name)
+    inputs = [hashlib.sha256(Path(part).read_bytes()).hexdigest()[:16] for part in stage.command
+              if part.startswith("/") and Path(part).is_file() and part != sys.executable]
+    return command + "".join(f" #{digest}" for digest in inputs)
 
 
 def keep(plan: Plan, stage: Stage) -> None:
-    """Copy a finished stage's results from WORK to RESULTS/kept (committed with the page)."""
+    """Copy a finished stage's results from WORK to RESULTS/kept (committed with the page), with the command that
+    made them."""
+    kept = Path(plan.results) / "kept"
     for rel in stage.keep:
         if (Path(plan.work) / rel).exists():
-            _copy(Path(plan.work) / rel, Path(plan.results) / "kept" / rel)
+            _copy(Path(plan.work) / rel, kept / rel)
+    if stage.keep:
+        (kept / f"{stage.name}.command").write_text(_identity(plan, stage) + "\n")
 
 
 def restore(plan: Plan) -> list[str]:
-    """Put kept results that WORK lacks back into it (a fresh checkout); returns what was restored."""
-    restored = []
+    """In a fresh work folder (no stage has run there), put back the kept results of stages whose command is
+    still the plan's; returns what was restored. A work folder in use is left alone: delete a stage's output
+    there and it runs again."""
+    if (Path(plan.work) / "stages.jsonl").exists():
+        return []
+    kept, restored = Path(plan.results) / "kept", []
     for stage in stages(plan):
+        made_by = kept / f"{stage.name}.command"
+        if not made_by.is_file():
+            continue
+        if made_by.read_text().strip() != _identity(plan, stage):
+            say(f"{stage.name}: the kept result was made by another command; it runs again")
+            continue
         for rel in stage.keep:
-            src, dst = Path(plan.results) / "kept" / rel, Path(plan.work) / rel
+            src, dst = kept / rel, Path(plan.work) / rel
             if src.exists() and not dst.exists():
                 _copy(src, dst)
                 restored.append(rel)

@@ -279,7 +279,7 @@ def evaluate_method(plan: Plan, name: str, adapter: Path, deadline: float | None
         options = EvaluateOptions(source=str(test_set.source_path), reference=str(test_set.reference_path),
                                   output="-", adapter=f"{name} ({adapter})", lines=lines, batch_size=plan.eval_batch,
                                   dtype=plan.dtype)
-        config = run_config(spec, plan.model, options, test_set)
+        config = run_config(spec, plan.model, options, test_set, translator.dtype)
         work = Path(plan.work) / "eval" / test / name / spec.name
         say(f"{name}: {test} {spec.name} ({lines} lines)")
         cpu, wall = time.process_time(), time.time()
@@ -541,8 +541,8 @@ def _length_breakdown(runs: list[dict], k: int = 3) -> list[str]:
         chosen = {r["method"]: r for r in runs if r["test"] == test and point(r)[1] in (k, None)}
         if not chosen:
             continue
-        buckets = {b: [i for i, ins in enumerate(next(iter(chosen.values()))["instances"])
-                       if b[0] <= len(ins["source"].split()) <= b[1]] for b in LENGTHS}
+        sources = {ins["index"]: ins["source"] for run in chosen.values() for ins in run["instances"]}
+        buckets = {b: [i for i in sorted(sources) if b[0] <= len(sources[i].split()) <= b[1]] for b in LENGTHS}
         buckets = {b: idx for b, idx in buckets.items() if idx}
         label = {b: f"{b[0]}-{b[1]}" if b[1] < 10_000 else f"{b[0]}+" for b in buckets}
         out += [f"BLEU per source length at wait-{k} (conversation: read-{k}), {test}; sentences per bucket in the "

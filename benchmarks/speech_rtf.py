@@ -24,7 +24,7 @@ from simulmt.core.markers import add_interleaved_markers
 from simulmt.core.packed_linear import pack_linears
 from simulmt.core.placed import embedded_units
 from simulmt.core.policies import Scheduled, WaitK
-from simulmt.models import model_dtype
+from simulmt.models import model_dtype, resolve_dtype
 from simulmt.parity import forced_tokens
 from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
 from simulmt.speech.model import SpeechTranslator
@@ -67,6 +67,7 @@ def main() -> None:
     parser.add_argument("--left-context-ms", type=int, default=5120)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    args.dtype = resolve_dtype(args.dtype, "cpu")  # auto: what this CPU runs fastest
     dtype, packed = model_dtype(args.dtype)  # the encoder and adapter run in it; the LLM may be float16-packed
     if args.speech_model:
         speech = SpeechTranslator.load(args.speech_model, dtype=args.dtype)

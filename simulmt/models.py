@@ -490,10 +490,18 @@ def resolve_dtype(dtype: torch.dtype | str, device: str | None = None) -> torch.
     Any other value is returned unchanged."""
     if not (isinstance(dtype, str) and dtype == AUTO_DTYPE):
         return dtype
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = str(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.startswith("cuda"):
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+        return "bfloat16" if _gpu_has_bf16(device) else "float32"
     return PACKED if device.startswith("cpu") and fbgemm_available() else "float32"
+
+
+def _gpu_has_bf16(device: str) -> bool:
+    """Native bfloat16 on this GPU (Ampere, compute capability 8, or later; ROCm GPUs): torch's own
+    ``is_bf16_supported`` also says yes where bfloat16 is only emulated (slowly), and asks the current device."""
+    if torch.version.hip:
+        return True
+    return torch.cuda.get_device_capability(torch.device(device))[0] >= 8
 
 
 def model_dtype(dtype: torch.dtype | str) -> tuple[torch.dtype, bool]:

@@ -36,9 +36,14 @@ def test_finished_stages_are_kept_and_a_fresh_work_folder_continues_from_them(tm
     """A checkout starts with an empty work folder: what a finished stage produced is kept under RESULTS/kept
     (models and scores, not checkpoints) and put back, so the stage counts as finished again."""
     import json
+    import shutil
 
     easist = load_benchmark("easist")
     plan = easist.Plan(work=str(tmp_path / "work"), results=str(tmp_path / "results"), schedule="read-n")
+    for work, line in (("work", "A dog runs."), ("fresh", "A dog runs."), ("other", "A cat sleeps.")):
+        (tmp_path / work / "data").mkdir(parents=True)  # what write_data() makes from the plan
+        for name in ("text.en", "text.de"):
+            (tmp_path / work / "data" / name).write_text(line + "\n")
     text = next(s for s in easist.stages(plan) if s.name == "text")
     adapter = tmp_path / "work" / "text" / "adapter"
     adapter.mkdir(parents=True)
@@ -52,6 +57,8 @@ def test_finished_stages_are_kept_and_a_fresh_work_folder_continues_from_them(tm
     assert (kept / "adapter" / "adapter_model.safetensors").read_bytes() == b"weights"
     assert not (kept / "checkpoint-10").exists()  # checkpoints stay in the work folder
 
+    assert not (tmp_path / "results" / "kept" / "text" / "adapter.partial").exists()
+
     fresh = easist.Plan(work=str(tmp_path / "fresh"), results=str(tmp_path / "results"), schedule="read-n")
     text = next(s for s in easist.stages(fresh) if s.name == "text")
     assert not text.finished
@@ -59,3 +66,11 @@ def test_finished_stages_are_kept_and_a_fresh_work_folder_continues_from_them(tm
     assert text.finished and easist.restore(fresh) == []  # nothing is copied twice
     head = next(s for s in easist.stages(fresh) if s.name == "head")
     assert not head.finished  # a stage that never finished is not restored
+
+    # a work folder in use is left alone: a stage's output deleted there runs again
+    (tmp_path / "fresh" / "stages.jsonl").write_text("")
+    shutil.rmtree(tmp_path / "fresh" / "text")
+    assert easist.restore(fresh) == [] and not text.finished
+    # other training data (here: another plan wrote other lines) does not take the kept result
+    other = easist.Plan(work=str(tmp_path / "other"), results=str(tmp_path / "results"), schedule="read-n")
+    assert easist.restore(other) == []

@@ -101,10 +101,18 @@ def test_packing_is_all_or_nothing():
 def test_auto_dtype_is_the_fastest_measured_one_for_the_device(monkeypatch):
     assert resolve_dtype("auto", "cpu") == "float16-packed"
     assert resolve_dtype("auto", "cpu:0") == "float16-packed"
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    asked = []
+    capabilities = {0: (8, 0), 1: (7, 5)}  # an A100 and a T4 (where bfloat16 is only emulated)
+
+    def capability(device):
+        asked.append(device)
+        return capabilities[device.index or 0]
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability)
     assert resolve_dtype("auto", "cuda") == "bfloat16"
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert resolve_dtype("auto", "cuda:1") == "float32"  # not float16: Gemma's activations overflow in it
+    assert resolve_dtype("auto", torch.device("cuda:1")) == "float32"  # not float16: Gemma overflows in it
+    assert [d.index for d in asked] == [None, 1]  # the device asked about, not the current one
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_dtype("auto") == "float16-packed"  # no device given, no GPU: the CPU
     for given in ("float32", "bfloat16", "float16-packed", torch.float16):

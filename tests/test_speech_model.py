@@ -151,7 +151,8 @@ def test_evaluate_on_audio_scores_in_ms(tmp_path):
     for one, two in zip(results, batched):  # the same words and delays; the signature says what elapsed is
         assert {k: v for k, v in one.scores.items() if not k.endswith("_CA") and k not in ("signature", "wall_ms")} == {
             k: v for k, v in two.scores.items() if not k.endswith("_CA") and k not in ("signature", "wall_ms")}
-        assert two.scores["signature"]["latency"].endswith("|elapsed:in-engine+encoder-share,batch:2")
+        assert two.scores["signature"]["latency"].endswith("|elapsed:in-engine+encoder-share,batch:2|prompt:shared")
+        assert "prompt:shared" not in one.scores["signature"]["latency"]  # live: a session per file
     (tmp_path / "bad.list").write_text("clip0.wav\nnope.wav\n")
     with pytest.raises(SimulmtError, match="not found, e.g. line 2"):
         evaluate(sp, EvaluateOptions(source_audio=str(tmp_path / "bad.list"), reference=str(tmp_path / "ref.de"),
@@ -256,7 +257,29 @@ def test_batched_files_give_the_live_path_s_words_delays_and_times(tmp_path):
         write_wav(paths[-1], (audio(seconds, seed) * 32767).astype(np.int16), 16000)
     paths.insert(2, tmp_path / "missing.wav")
     live = list(sp.translate_iter(paths, layout="interleaved", policy="wait-k", k=3))
-    batched = list(sp.translate_iter(paths, batch_size=3, layout="interleaved", policy="wait-k", k=3))
+    rows = []
+    real_step = Engine.step
+    with pytest.MonkeyPatch.context() as mp:  # batched: never the one-at-a-time path, several rows per forward
+        mp.setattr(sp, "translate", lambda *a, **k: pytest.fail("the live path ran"))
+        mp.setattr(Engine, "step", lambda self: (rows.append(len(self.streams)), real_step(self))[1])
+        batched = list(sp.translate_iter(paths, batch_size=3, layout="interleaved", policy="wait-k", k=3))
+    assert max(rows) == 3
+    # a word's elapsed time counts its own stream's work, not the reading and encoding of files joining later
+    import time as clock
+
+    real_encode, encoded = sp.encode, []
+
+    def slow_encode(x):
+        encoded.append(1)
+        if len(encoded) > 1:
+            clock.sleep(0.4)
+        return real_encode(x)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sp, "encode", slow_encode)
+        first = next(iter(sp.translate_iter(paths[:3], batch_size=3, layout="interleaved", policy="wait-k", k=3)))
+    assert first.prediction == live[0].prediction
+    assert first.elapsed[-1] < 400  # the two sleeps would be 800 ms
     assert [b.source for b in batched] == [str(p) for p in paths]
     for a, b in zip(live, batched):
         assert (a.prediction, a.delays, a.delays_ms, a.source_length) == (b.prediction, b.delays, b.delays_ms,

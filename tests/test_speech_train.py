@@ -154,3 +154,20 @@ def test_the_speech_stages_are_finetune_recipes(monkeypatch, tmp_path, capsys):
     assert cli.main(["finetune", "--recipe", "speech-simul", "--corpus", m]) == 2  # simul needs --speech-adapter
     assert "--speech-adapter" in capsys.readouterr().err
     assert cli._route_speech_recipe(["finetune", "--recipe", "expost"]) == ["finetune", "--recipe", "expost"]
+
+
+def test_speech_json_names_folders_relative_to_the_model(tmp_path, monkeypatch):
+    """A speech model folder moves with its checkout: the LLM adapter and model folders it names are stored
+    relative to it (and found from it); packaged names and shipped adapters stay names."""
+    from simulmt.speech.model import _adapter_of
+    from simulmt.speech.train import _relative
+
+    adapter = tmp_path / "runs" / "head" / "adapter"
+    adapter.mkdir(parents=True)
+    final = tmp_path / "runs" / "sp-policy" / "model"
+    final.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert _relative("runs/head/adapter", final) == "../../head/adapter"
+    assert _relative("gemma-3-270m", final) == "gemma-3-270m"
+    assert _adapter_of(final, "../../head/adapter") == str(final / "../../head/adapter")
+    assert _adapter_of(final, "gemma-3-270m-interleaved-en-de") == "gemma-3-270m-interleaved-en-de"

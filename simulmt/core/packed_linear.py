@@ -27,13 +27,21 @@ from simulmt.errors import SimulmtError
 FLOAT16_MAX = 65504.0
 
 
+def _largest(weight: torch.Tensor) -> float:
+    """The largest magnitude in ``weight``, without a temporary copy of it (Gemma's LM head is 670 MB)."""
+    if not weight.numel():
+        return 0.0
+    low, high = torch.aminmax(weight)
+    return max(-float(low), float(high))
+
+
 class PackedLinear(nn.Module):
     """``nn.Linear`` with its weight held as fbgemm's packed float16 (inference only)."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
         weight = linear.weight.detach().float()
-        largest = float(weight.abs().max()) if weight.numel() else 0.0
+        largest = _largest(weight)
         if largest > FLOAT16_MAX:
             raise SimulmtError(f"a linear layer has a weight of magnitude {largest:.3g}, beyond float16's range "
                                f"({FLOAT16_MAX:g}); this model cannot run with float16-packed weights")
@@ -78,7 +86,7 @@ def pack_linears(model: nn.Module) -> int:
         raise SimulmtError("float16-packed weights need the adapter merged into the model (merge_adapter=True)")
     targets = [(name, m) for name, m in model.named_modules() if type(m) is nn.Linear]
     for name, linear in targets:  # every layer is checked before any is replaced: a refusal leaves the model as it was
-        largest = float(linear.weight.detach().abs().max()) if linear.weight.numel() else 0.0
+        largest = _largest(linear.weight.detach())
         if largest > FLOAT16_MAX:
             raise SimulmtError(f"layer {name or 'model'} has a weight of magnitude {largest:.3g}, beyond float16's "
                                f"range ({FLOAT16_MAX:g}); this model cannot run with float16-packed weights")

@@ -6,12 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simulmt.errors import SimulmtError
-from simulmt.models import AUTO_DTYPE
 from simulmt.evaluation.grid import SHARDS, evaluate, score_path
 from simulmt.evaluation.options import EvaluateOptions, ScoreOptions
 from simulmt.evaluation.reports import PLOT, RESULTS_JSON, RESULTS_MD, print_table
@@ -41,9 +39,7 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
             translator = load_translator(model=options.model, adapter=options.adapter,
                                          source_lang=options.source_lang, target_lang=options.target_lang,
                                          device=options.device, dtype=options.dtype)
-        if options.dtype == AUTO_DTYPE:  # the run's record says what auto became on this machine
-            options = replace(options, dtype=(translator.translator if options.source_audio else translator).dtype)
-        results = evaluate(translator, options)
+        results = evaluate(translator, options)  # the runs record translator.dtype: what auto became here
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1

@@ -36,7 +36,7 @@ def evaluate(translator: "Translator", options: EvaluateOptions, *, progress: bo
     if output.exists() and not output.is_dir():
         raise SimulmtError(f"--output {output} exists and is not a directory")
     specs = options.grid()
-    configs = {spec: run_config(spec, translator.name, options, test_set) for spec in specs}
+    configs = {spec: run_config(spec, translator.name, options, test_set, translator.dtype) for spec in specs}
     for spec in specs:  # every conflict is found before an hour of translation, not after
         if (output / spec.name).is_dir():
             check_run_dir(output / spec.name, configs[spec])

@@ -28,17 +28,21 @@ IDENTITY_KEYS = ("run", "model", "adapter", "dtype", "source_lang", "target_lang
 TIMING_KEYS = ("elapsed", "wall_ms")  # the only fields of an instance that depend on the machine and the moment
 
 
-def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: TestSet) -> dict:
+def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: TestSet,
+               dtype: str | None = None) -> dict:
+    """A run's config.json; ``dtype``: what the model computes with (``translator.dtype``; default: the option)."""
     from simulmt import __version__
 
-    return {"run": spec.name, "model": model, "adapter": options.adapter, "dtype": options.dtype,
+    return {"run": spec.name, "model": model, "adapter": options.adapter, "dtype": dtype or options.dtype,
             "source_lang": options.source_lang, "target_lang": options.target_lang, **spec.settings(),
             "decode": asdict(DecodeConfig()), "simulmt": __version__,
             "source": str(test_set.source_path), "reference": str(test_set.reference_path),
             "source_sha256": test_set.source_sha256, "reference_sha256": test_set.reference_sha256,
             "lines": len(test_set.sources), "ms_per_word": options.unit_ms, "batch_size": options.batch_size,
             **({"source_type": "speech", "speech_model": options.speech_model or "shipped"} if options.source_audio
-               else {"shared_prompt": True})}  # text runs: one engine per run, the prompt computed once (prompt_cache.py)
+               else {}),
+            # one engine per run computes the prompt once (prompt_cache.py): text runs, and batched speech runs
+            **({"shared_prompt": True} if not options.source_audio or options.batch_size > 1 else {})}
 
 
 def _write_json(path: Path, data) -> None:

@@ -101,7 +101,8 @@ class SpeechTranslator:
         if not (folder / SPEECH_FILE).is_file():
             raise SimulmtError(f"not a speech model folder (no {SPEECH_FILE}): {folder}")
         card = SpeechModelCard(**json.loads((folder / SPEECH_FILE).read_text()))
-        translator = Translator.load(card.model, adapter=_adapter_of(folder, card.adapter), source_lang=card.source_lang,
+        model = str(folder / card.model) if (folder / card.model).is_dir() else card.model  # a folder beside it
+        translator = Translator.load(model, adapter=_adapter_of(folder, card.adapter), source_lang=card.source_lang,
                                      target_lang=card.target_lang, **load_kwargs)
         encoder, extractor = whisper_encoder(card.encoder)
         if (folder / HEAD_FILE).is_file():  # the speech policy head (trained on blocks) replaces a text one
@@ -121,6 +122,11 @@ class SpeechTranslator:
     @property
     def name(self) -> str:
         return f"{self.translator.name}+speech({self.encoder.config.d_model}-dim encoder)"
+
+    @property
+    def dtype(self) -> str:
+        """What the LLM computes with (the encoder and the adapter stay as loaded)."""
+        return self.translator.dtype
 
     def translate_iter(self, paths, batch_size: int = 1, **kwargs):
         """``Translator.translate_iter`` for WAV files, results in input order; a file that fails gives a result
@@ -153,27 +159,33 @@ class SpeechTranslator:
         from simulmt.speech.translate_audio import read_audio
 
         facts: dict[int, tuple[str, list[float], float, float, float]] = {}  # id(stream) -> path, available, ...
+        engine = Engine(self.translator.runner)
 
         def streams():
             for path in paths:
                 stream = self.translator.new_stream(layout, policy, **kwargs)
                 facts[id(stream)] = (str(path), [], 0.0, 0.0, 0.0)
+                started = time.perf_counter()
                 try:
                     audio = read_audio(path)
-                    started = time.perf_counter()
+                    begun = time.perf_counter()
                     blocks = self.encode(audio)
                     encoded = time.perf_counter()
                     embeddings = self.embed(blocks)
                     spans = utterance_spans(self.config, len(audio), self.encoder.config.max_source_positions)
                     facts[id(stream)] = (str(path), [span.available_ms for span in spans], len(audio) / 16.0,
-                                         1000 * (encoded - started), 1000 * (time.perf_counter() - encoded))
+                                         1000 * (encoded - begun), 1000 * (time.perf_counter() - encoded))
                     stream.push_embedded(embeddings, finished=True,
                                          labels=[f"[{b.start_ms / 1000:.2f}-{b.end_ms / 1000:.2f}s]" for b in spans])
                 except SimulmtError as exc:
                     stream.error = exc
+                spent = time.perf_counter() - started
+                for other in engine.streams:  # their clocks exclude this file's reading and encoding
+                    if other.t0 is not None:
+                        other.t0 += spent
                 yield stream
 
-        for stream in run_ordered(streams(), Engine(self.translator.runner), batch_size):
+        for stream in run_ordered(streams(), engine, batch_size):
             path, available, duration, encoder_ms, adapter_ms = facts.pop(id(stream))
             base = stream.result()
             per_block = (encoder_ms + adapter_ms) / len(available) if available else 0.0

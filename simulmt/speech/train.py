@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -275,13 +276,19 @@ def _fit_policy(options, translator, adapter, items, layout, fmt) -> tuple[dict,
     return {"fit": fit.to_json()}, head
 
 
+def _relative(name: str, folder: Path) -> str:
+    """A folder as a path relative to ``folder`` (what ``speech.json`` stores); anything else as given."""
+    return os.path.relpath(Path(name).resolve(), folder.resolve()) if Path(name).is_dir() else name
+
+
 def _save_model(options: SpeechTrainOptions, adapter: SpeechAdapter, final: Path, head: PolicyHead | None) -> None:
     """The speech model folder: the adapter, speech.json, and the policy head (this stage's, or the one the
     starting speech model had)."""
     final.mkdir(parents=True, exist_ok=True)
     adapter.save(final)
-    llm_adapter = None if options.adapter is None else str(Path(options.adapter).resolve())
-    model = options.model if not Path(options.model).is_dir() else str(Path(options.model).resolve())
+    # folders relative to the speech model's own (it moves with a checkout or a copy); names stay names
+    llm_adapter = None if options.adapter is None else _relative(options.adapter, final)
+    model = _relative(options.model, final)
     speech = SpeechModelCard(model=model, adapter=llm_adapter, encoder=options.encoder, block_ms=options.block_ms,
                              left_context_ms=options.left_context_ms, source_lang=options.source_lang,
                              target_lang=options.target_lang)
