@@ -10,6 +10,7 @@ client count, measured in the same run.
 
     .venv/bin/python benchmarks/serve_load.py --source ../shared/data/multi30k/test2016.en --clients 1,4,16,32 \\
         --dtype float32 --threads 2
+    ... --replicas 2 --threads 1    # two server processes of one thread each behind HAProxy (one per core)
 """
 
 from __future__ import annotations
@@ -37,13 +38,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
 def proc_stats(pid: int) -> tuple[float, float]:
-    """(CPU seconds, peak resident MB) of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """(CPU seconds, peak resident MB) of a process and its descendants (``--replicas``: the supervisor, HAProxy
+    and every replica), from /proc; the peaks are summed (each replica holds its own model)."""
     ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
-    peak = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                if line.startswith("VmHWM:")) / 1024
+    cpu = peak = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            status = Path(f"/proc/{p}/status").read_text().splitlines()
+            todo += _children(p)
+        except OSError:  # it exited meanwhile
+            continue
+        cpu += (int(fields[11]) + int(fields[12])) / ticks
+        peak += next((int(line.split()[1]) for line in status if line.startswith("VmHWM:")), 0) / 1024
     return cpu, peak
 
 
@@ -94,13 +114,16 @@ def main() -> int:
     parser.add_argument("--model", default=None)
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per server process")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="serve with --replicas N (N processes behind HAProxy; Debian's haproxy)")
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     lines = [line.strip() for line in open(args.source, encoding="utf-8") if line.strip()]
     port = free_port()
     command = [sys.executable, "-m", "simulmt.cli", "serve", "--port", str(port), "--dtype", args.dtype,
-               "--max-streams", str(max(counts))] + (["--model", args.model] if args.model else [])
+               "--max-streams", str(max(counts))] + (["--model", args.model] if args.model else []) + (
+                  ["--replicas", str(args.replicas)] if args.replicas > 1 else [])
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     server = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     try:
