@@ -132,15 +132,15 @@ class Stage:
     resumable: Path | None = None  # a checkpoint: when it exists, the command gets --resume
     timed: bool = False  # the command takes --max-minutes
     keep: tuple[str, ...] = ()  # paths under WORK kept under RESULTS/kept once the stage finishes
+    consumed_by: Path | None = None  # the next stage's result, which holds this one's (its kept copy is dropped)
 
     @property
     def finished(self) -> bool:
-        if not self.done.exists():
-            return False
         if self.name != "text":
-            return True
+            return self.done.exists()
         card = self.done.parent.parent / "training.json"  # a text run cut by its time limit saves its adapter too
-        return card.is_file() and not json.loads(card.read_text()).get("stopped_by_time_limit", False)
+        complete = card.is_file() and not json.loads(card.read_text()).get("stopped_by_time_limit", False)
+        return complete and (self.done.exists() or (self.consumed_by is not None and self.consumed_by.exists()))
 
 
 def stages(plan: Plan) -> list[Stage]:
@@ -163,7 +163,8 @@ def stages(plan: Plan) -> list[Stage]:
             "--model", plan.model, "--recipe", "interleaved", "--policy", plan.schedule, *wait_k,
             "--n-mix", plan.n_mix, *start, "--batch-size", str(plan.batch_size), "--grad-accum", str(plan.grad_accum),
             "--epochs", "1", "--save-steps", "10", "--eval-lines", "0", "--output", str(w / "text")],
-            resumable=w / "text", timed=True, keep=("text/adapter", "text/training.json")),
+            resumable=w / "text", timed=True, keep=("text/adapter", "text/training.json"),
+            consumed_by=w / "head" / "adapter" / "policy_head.safetensors"),  # the head's adapter holds the LoRA
         Stage("head", w / "head" / "adapter" / "policy_head.safetensors", [
             *cli, "finetune", "--train-source", str(d / "head.en"), "--train-target", str(d / "head.de"),
             "--model", plan.model, "--recipe", "policy-head", "--head-labels", "oracle",
@@ -260,14 +261,28 @@ def _portable(command: list[str], plan: Plan) -> list[str]:
 
 
 # ---- kept results: a fresh checkout continues ---------------------------------------------------------------------
-def _copy(src: Path, dst: Path) -> None:
+# not kept: checkpoints and caches; the tokenizer an adapter saves (33 MB for Gemma, rebuilt from the base model on
+# load) and the model card peft writes
+NOT_KEPT = ("checkpoint*", "blocks", "*.tmp", "*.partial", "tokenizer.json", "README.md")
+
+
+def _copy(src: Path, dst: Path, slim: bool = False) -> None:
     """Copy a file or a folder (without checkpoints and caches) whole or not at all: into ``dst.partial``, then
-    renamed, so a copy cut short is never taken for a result."""
+    renamed, so a copy cut short is never taken for a result. ``slim``: an adapter's LoRA weights in bfloat16, as
+    shipped adapters are (half the size; added tokens' rows stay float32)."""
     partial = dst.with_name(dst.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     if src.is_dir():
-        shutil.copytree(src, partial, ignore=shutil.ignore_patterns("checkpoint*", "blocks", "*.tmp", "*.partial"))
+        shutil.copytree(src, partial, ignore=shutil.ignore_patterns(*NOT_KEPT))
+        weights = partial / "adapter_model.safetensors"
+        if slim and weights.is_file():
+            import torch
+            from safetensors.torch import load_file, save_file
+
+            tensors = load_file(str(weights))
+            save_file({k: (v if "trainable_tokens" in k or not v.is_floating_point() else v.to(torch.bfloat16))
+                       .contiguous() for k, v in tensors.items()}, str(weights), metadata={"format": "pt"})
     else:
         shutil.copyfile(src, partial)
     if dst.is_dir():
@@ -293,9 +308,14 @@ def keep(plan: Plan, stage: Stage) -> None:
     kept = Path(plan.results) / "kept"
     for rel in stage.keep:
         if (Path(plan.work) / rel).exists():
-            _copy(Path(plan.work) / rel, kept / rel)
+            _copy(Path(plan.work) / rel, kept / rel, slim=True)
     if stage.keep:
         (kept / f"{stage.name}.command").write_text(_identity(plan, stage) + "\n")
+    for earlier in stages(plan):  # a result the next stage's holds is not kept twice (the text stage's LoRA)
+        if earlier.consumed_by is not None and earlier.consumed_by.exists() and (kept / earlier.name).is_dir():
+            for rel in earlier.keep:
+                if (kept / rel).is_dir():
+                    shutil.rmtree(kept / rel)
 
 
 def restore(plan: Plan) -> list[str]:

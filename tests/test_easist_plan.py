@@ -38,6 +38,9 @@ def test_finished_stages_are_kept_and_a_fresh_work_folder_continues_from_them(tm
     import json
     import shutil
 
+    import torch
+    from safetensors.torch import load_file, save_file
+
     easist = load_benchmark("easist")
     plan = easist.Plan(work=str(tmp_path / "work"), results=str(tmp_path / "results"), schedule="read-n")
     for work, line in (("work", "A dog runs."), ("fresh", "A dog runs."), ("other", "A cat sleeps.")):
@@ -48,14 +51,18 @@ def test_finished_stages_are_kept_and_a_fresh_work_folder_continues_from_them(tm
     adapter = tmp_path / "work" / "text" / "adapter"
     adapter.mkdir(parents=True)
     (adapter / "adapter_config.json").write_text("{}")
-    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
+    save_file({"lora_A.weight": torch.ones(2, 3), "trainable_tokens_delta": torch.ones(2)},
+              str(adapter / "adapter_model.safetensors"))
+    (adapter / "tokenizer.json").write_text("{}")  # rebuilt from the base model on load: not kept
     (tmp_path / "work" / "text" / "checkpoint-10").mkdir()
     (tmp_path / "work" / "text" / "training.json").write_text(json.dumps({"stopped_by_time_limit": False}))
     assert text.finished
     easist.keep(plan, text)
     kept = tmp_path / "results" / "kept" / "text"
-    assert (kept / "adapter" / "adapter_model.safetensors").read_bytes() == b"weights"
-    assert not (kept / "checkpoint-10").exists()  # checkpoints stay in the work folder
+    weights = load_file(str(kept / "adapter" / "adapter_model.safetensors"))
+    assert weights["lora_A.weight"].dtype == torch.bfloat16  # as shipped adapters are
+    assert weights["trainable_tokens_delta"].dtype == torch.float32  # added tokens' rows stay float32
+    assert not (kept / "checkpoint-10").exists() and not (kept / "adapter" / "tokenizer.json").exists()
 
     assert not (tmp_path / "results" / "kept" / "text" / "adapter.partial").exists()
 
@@ -66,6 +73,24 @@ def test_finished_stages_are_kept_and_a_fresh_work_folder_continues_from_them(tm
     assert text.finished and easist.restore(fresh) == []  # nothing is copied twice
     head = next(s for s in easist.stages(fresh) if s.name == "head")
     assert not head.finished  # a stage that never finished is not restored
+
+    # the head's adapter holds the text stage's LoRA: once the head is kept, the text adapter's copy is dropped and
+    # the text stage still counts as finished where the head's result is
+    head_adapter = tmp_path / "work" / "head" / "adapter"
+    head_adapter.mkdir(parents=True)
+    (head_adapter / "policy_head.safetensors").write_bytes(b"head")
+    (tmp_path / "work" / "head" / "training.json").write_text("{}")
+    for name in ("head.en", "head.de"):
+        (tmp_path / "work" / "data" / name).write_text("A dog.\n")
+        (tmp_path / "fresh2" / "data").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "fresh2" / "data" / name).write_text("A dog.\n")
+    for name in ("text.en", "text.de"):
+        (tmp_path / "fresh2" / "data" / name).write_text("A dog runs.\n")
+    easist.keep(plan, next(s for s in easist.stages(plan) if s.name == "head"))
+    assert not (kept / "adapter").exists() and (kept / "training.json").is_file()
+    fresh2 = easist.Plan(work=str(tmp_path / "fresh2"), results=str(tmp_path / "results"), schedule="read-n")
+    assert easist.restore(fresh2) == ["text/training.json", "head/adapter", "head/training.json"]
+    assert all(s.finished for s in easist.stages(fresh2) if s.name in ("text", "head"))
 
     # a work folder in use is left alone: a stage's output deleted there runs again
     (tmp_path / "fresh" / "stages.jsonl").write_text("")
