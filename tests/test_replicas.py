@@ -71,7 +71,8 @@ def cluster(tmp_path_factory):
     log = open(folder / "supervisor.log", "w")
     supervisor = subprocess.Popen(
         [sys.executable, "-m", "simulmt", "serve", "--replicas", "2", "--port", str(port), "--model",
-         str(folder / "model"), "--adapter", "none", "--balancer-dir", str(folder / "lb")],
+         str(folder / "model"), "--adapter", "none", "--dtype", "float32",  # compared with float32 translations
+         "--balancer-dir", str(folder / "lb")],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"127.0.0.1:{port}"
     try:
