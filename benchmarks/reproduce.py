@@ -519,7 +519,7 @@ def _orderings(runs: list[dict]) -> list[str]:
             if k in p:
                 gap = e[k]["BLEU"] - p[k]["BLEU"]
                 holds = gap >= -1
-                checks.append(f"ExPosST - prefix = {gap:+.2f} BLEU ({'within' if holds else 'not within'} 1)")
+                checks.append(f"ExPosST - prefix = {gap:+.2f} BLEU ({'holds: at most 1 below' if holds else 'fails: more than 1 below'})")
                 failed += [] if holds else [(test, "prefix", k)]
                 if k == 3 and e[k]["gflops"]:
                     ratio = p[k]["gflops"] / e[k]["gflops"]
