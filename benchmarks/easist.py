@@ -279,12 +279,9 @@ def _copy(src: Path, dst: Path, slim: bool = False) -> None:
         shutil.copytree(src, partial, ignore=shutil.ignore_patterns(*NOT_KEPT))
         weights = partial / "adapter_model.safetensors"
         if slim and weights.is_file():
-            import torch
-            from safetensors.torch import load_file, save_file
+            from simulmt.adapters import save_bfloat16_weights
 
-            tensors = load_file(str(weights))
-            save_file({k: (v if "trainable_tokens" in k or not v.is_floating_point() else v.to(torch.bfloat16))
-                       .contiguous() for k, v in tensors.items()}, str(weights), metadata={"format": "pt"})
+            save_bfloat16_weights(weights, weights)
     else:
         shutil.copyfile(src, partial)
     if dst.is_dir():
@@ -295,12 +292,17 @@ def _copy(src: Path, dst: Path, slim: bool = False) -> None:
 def _identity(plan: Plan, stage: Stage) -> str:
     """What made a kept result: the stage's command, with the work and results folders named, not spelled, and
     the content hash of every input file it names (the plan writes WORK/data from its own settings)."""
-    command = shlex.join(_portable(stage.command, plan))
-    for folder, name in ((plan.work, "WORK"), (plan.results, "RESULTS")):
-        for spelling in (str(Path(folder).resolve()), str(Path(folder))):
-            command = command.replace(spelling.replace(str(ROOT) + "/", ""), name)
-    inputs = [hashlib.sha256(Path(part).read_bytes()).hexdigest()[:16] for part in stage.command
-              if part.startswith("/") and Path(part).is_file() and part != sys.executable]
+    def named(part: str) -> str:
+        for folder, name in ((plan.work, "WORK"), (plan.results, "RESULTS")):
+            try:
+                return str(Path(name) / Path(part).resolve().relative_to(Path(folder).resolve()))
+            except ValueError:  # not a path under that folder
+                continue
+        return part
+
+    command = shlex.join(_portable([stage.command[0], *map(named, stage.command[1:])], plan))
+    inputs = [hashlib.sha256(Path(part).read_bytes()).hexdigest()[:16] for part in stage.command[1:]
+              if Path(part).is_file()]  # the interpreter aside; paths absolute or relative to the current folder
     return command + "".join(f" #{digest}" for digest in inputs)
 
 
@@ -320,6 +322,12 @@ def keep(plan: Plan, stage: Stage) -> None:
                     shutil.rmtree(kept / rel)
 
 
+def _kept(plan: Plan, stage: Stage) -> bool:
+    """Are the stage's results kept, made by its present command?"""
+    made_by = Path(plan.results) / "kept" / f"{stage.name}.command"
+    return made_by.is_file() and made_by.read_text().strip() == _identity(plan, stage)
+
+
 def restore(plan: Plan) -> list[str]:
     """In a fresh work folder (no stage has run there), put back the kept results of stages whose command is
     still the plan's; returns what was restored. A work folder in use is left alone: delete a stage's output
@@ -328,10 +336,9 @@ def restore(plan: Plan) -> list[str]:
         return []
     kept, restored = Path(plan.results) / "kept", []
     for stage in stages(plan):
-        made_by = kept / f"{stage.name}.command"
-        if not made_by.is_file():
+        if not (kept / f"{stage.name}.command").is_file():
             continue
-        if made_by.read_text().strip() != _identity(plan, stage):
+        if not _kept(plan, stage):
             say(f"{stage.name}: the kept result was made by another command; it runs again")
             continue
         for rel in stage.keep:
@@ -425,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"restored from {Path(plan.results) / 'kept'}: {', '.join(restored)}")
         for stage in stages(plan):
             if stage.finished:
-                keep(plan, stage)  # a stage finished before results were kept
+                if not _kept(plan, stage):
+                    keep(plan, stage)  # a stage finished before results were kept
                 continue
             if deadline is not None and time.time() > deadline:
                 say(f"time is up before {stage.name}; rerun to continue")

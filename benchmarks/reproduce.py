@@ -223,14 +223,11 @@ def train_rl(plan: Plan, name: str, deadline: float | None) -> Path | None:
 
 def keep_adapter(adapter: Path, kept: Path) -> Path:
     """Copy a trained adapter into --results in bfloat16 (a later session evaluates the same weights)."""
-    import torch
-    from safetensors.torch import load_file, save_file
+    from simulmt.adapters import save_bfloat16_weights
 
     kept.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(adapter / "adapter_config.json", kept / "adapter_config.json")
-    weights = load_file(str(adapter / "adapter_model.safetensors"))
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()},
-              str(kept / "adapter_model.safetensors"), metadata={"format": "pt"})
+    save_bfloat16_weights(adapter / "adapter_model.safetensors", kept / "adapter_model.safetensors")
     return kept
 
 

@@ -16,10 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file, save_file
-
-from simulmt.adapters import SHIPPED
+from simulmt.adapters import SHIPPED, save_bfloat16_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 #: small files an adapter may carry besides its weights: the tokenizer config that names added marker tokens
@@ -39,9 +36,7 @@ def ship(run: Path, name: str) -> Path:
     config = json.loads((adapter / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = SHIPPED[name]
     (target / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    weights = load_file(str(adapter / "adapter_model.safetensors"))
-    save_file({k: (v if "trainable_tokens" in k else v.to(torch.bfloat16)).contiguous() for k, v in weights.items()},
-              str(target / "adapter_model.safetensors"), metadata={"format": "pt"})
+    save_bfloat16_weights(adapter / "adapter_model.safetensors", target / "adapter_model.safetensors")
     for extra in EXTRA_FILES:  # the interleaved markers' tokenizer config, a policy head
         if (adapter / extra).is_file():
             shutil.copyfile(adapter / extra, target / extra)

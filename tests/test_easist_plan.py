@@ -99,3 +99,19 @@ def test_finished_stages_are_kept_and_a_fresh_work_folder_continues_from_them(tm
     # other training data (here: another plan wrote other lines) does not take the kept result
     other = easist.Plan(work=str(tmp_path / "other"), results=str(tmp_path / "results"), schedule="read-n")
     assert easist.restore(other) == []
+
+
+def test_a_kept_result_names_its_input_data_with_relative_work_folders_too(tmp_path, monkeypatch):
+    """``--work runs/easist-readn`` (relative, as the README runs it): the identity of a stage still holds the
+    content of the data files its command names, so a plan that writes other lines does not take a kept result."""
+    easist = load_benchmark("easist")
+    monkeypatch.chdir(tmp_path)
+    identities = []
+    for work, line in (("a", "A dog runs."), ("b", "A dog runs."), ("c", "A cat sleeps.")):
+        (tmp_path / work / "data").mkdir(parents=True)
+        for name in ("text.en", "text.de"):
+            (tmp_path / work / "data" / name).write_text(line + "\n")
+        plan = easist.Plan(work=work, results="results", schedule="read-n")
+        identities.append(easist._identity(plan, next(s for s in easist.stages(plan) if s.name == "text")))
+    assert identities[0] == identities[1] != identities[2]
+    assert identities[0].count(" #") == 2  # text.en and text.de

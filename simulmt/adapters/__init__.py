@@ -18,7 +18,8 @@ from pathlib import Path
 
 from simulmt.errors import SimulmtError
 
-__all__ = ["AUTO", "NONE", "SHIPPED", "default_adapter", "resolve_adapter", "shipped_adapter_names"]
+__all__ = ["AUTO", "NONE", "SHIPPED", "default_adapter", "resolve_adapter", "shipped_adapter_names",
+           "save_bfloat16_weights"]
 
 AUTO, NONE = "auto", "none"
 
@@ -66,3 +67,15 @@ def resolve_adapter(adapter: str | None, model: str) -> tuple[str, Path] | None:
             raise SimulmtError(f"the shipped adapter {adapter!r} is missing from this installation ({_HERE / adapter})")
         return adapter, path
     return adapter, Path(adapter).expanduser()
+
+
+def save_bfloat16_weights(source: str | Path, target: str | Path) -> None:
+    """Write a PEFT ``adapter_model.safetensors`` with its LoRA weights in bfloat16 (half the size; cast back to the
+    model's dtype on load), as shipped and committed adapters are stored. Added tokens' rows
+    (``trainable_tokens``) and non-float tensors stay as they are."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(source))
+    save_file({k: (v if "trainable_tokens" in k or not v.is_floating_point() else v.to(torch.bfloat16)).contiguous()
+               for k, v in weights.items()}, str(target), metadata={"format": "pt"})
