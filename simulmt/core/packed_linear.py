@@ -27,12 +27,16 @@ from simulmt.errors import SimulmtError
 FLOAT16_MAX = 65504.0
 
 
-def _largest(weight: torch.Tensor) -> float:
-    """The largest magnitude in ``weight``, without a temporary copy of it (Gemma's LM head is 670 MB)."""
+def _require_float16_range(weight: torch.Tensor, where: str) -> None:
+    """Refuse a weight beyond float16's range; its largest magnitude is found without a temporary copy of it
+    (Gemma's LM head is 670 MB)."""
     if not weight.numel():
-        return 0.0
+        return
     low, high = torch.aminmax(weight)
-    return max(-float(low), float(high))
+    largest = max(-float(low), float(high))
+    if largest > FLOAT16_MAX:
+        raise SimulmtError(f"{where} has a weight of magnitude {largest:.3g}, beyond float16's range "
+                           f"({FLOAT16_MAX:g}); this model cannot run with float16-packed weights")
 
 
 class PackedLinear(nn.Module):
@@ -41,10 +45,7 @@ class PackedLinear(nn.Module):
     def __init__(self, linear: nn.Linear):
         super().__init__()
         weight = linear.weight.detach().float()
-        largest = _largest(weight)
-        if largest > FLOAT16_MAX:
-            raise SimulmtError(f"a linear layer has a weight of magnitude {largest:.3g}, beyond float16's range "
-                               f"({FLOAT16_MAX:g}); this model cannot run with float16-packed weights")
+        _require_float16_range(weight, "a linear layer")
         bias = None if linear.bias is None else linear.bias.detach().float()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.has_bias = bias is not None
@@ -86,10 +87,7 @@ def pack_linears(model: nn.Module) -> int:
         raise SimulmtError("float16-packed weights need the adapter merged into the model (merge_adapter=True)")
     targets = [(name, m) for name, m in model.named_modules() if type(m) is nn.Linear]
     for name, linear in targets:  # every layer is checked before any is replaced: a refusal leaves the model as it was
-        largest = _largest(linear.weight.detach())
-        if largest > FLOAT16_MAX:
-            raise SimulmtError(f"layer {name or 'model'} has a weight of magnitude {largest:.3g}, beyond float16's "
-                               f"range ({FLOAT16_MAX:g}); this model cannot run with float16-packed weights")
+        _require_float16_range(linear.weight.detach(), f"layer {name or 'model'}")
     for name, linear in targets:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
