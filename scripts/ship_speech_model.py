@@ -38,7 +38,8 @@ def ship(run: Path, llm_adapter: str, stage_runs: dict[str, Path]) -> Path:
     (target / SPEECH_FILE).write_text(json.dumps(card, indent=2) + "\n")
     shutil.copyfile(model / CONFIG_FILE, target / CONFIG_FILE)
     weights = load_file(str(model / ADAPTER_FILE))
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()}, str(target / ADAPTER_FILE))
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()}, str(target / ADAPTER_FILE),
+              metadata={"format": "pt"})
     if (model / HEAD_FILE).is_file():
         shutil.copyfile(model / HEAD_FILE, target / HEAD_FILE)
     for stage, directory in {**stage_runs, "policy": run}.items():
