@@ -487,8 +487,10 @@ def _training(plan: Plan) -> list[str]:
     slots = folder / "slot_lengths.json"
     if slots.is_file():
         lengths = json.loads(slots.read_text())
-        out += ["Average expost training sequence length per slot length (the same pairs and k-mixture; unused "
-                "slot positions are skipped, not padded, so the length hardly depends on the slot):", "",
+        out += ["Average expost training sequence length per slot length (the same pairs and k-mixture). Unused "
+                "slot positions are skipped, not padded; the length grows as the slot shrinks because a source "
+                "unit that does not fit opens a new slot after the output, with its chat markers (turn end, user "
+                "header, target opener):", "",
                 "| slot | " + " | ".join(lengths) + " |", "|---|" + "---:|" * len(lengths),
                 "| tokens | " + " | ".join(f"{v:.1f}" for v in lengths.values()) + " |", ""]
     return out
