@@ -370,11 +370,40 @@ def write_report(plan: Plan) -> Path:
                        title=f"{test} ({main[0]['sentences']} lines): one curve per method")
         page += _table(main)
     page += _ablation(runs) + _slot_mismatch(runs) + _compute(runs, results) + _training(plan) + _orderings(runs)
-    page += _seqpo(plan, runs, results)
+    page += _seqpo(plan, runs, results) + _commands(plan)
     path = results.parent / "results.md"
     path.write_text("\n".join(page) + "\n", encoding="utf-8")
     say(f"wrote {path}")
     return path
+
+
+def _commands(plan: Plan) -> list[str]:
+    """The commands behind the page: the driver, and each adapter's training as it ran (from its training record;
+    an in-process run such as ``simulmt rl`` is written out from its recorded options)."""
+    def portable(text: str) -> str:
+        return text.replace(str(ROOT) + "/", "")
+
+    out = ["## Commands", "", "Everything on this page, staged and resumable (rerun to continue; `--methods A,B` for "
+           "some methods, `--report-only` for the page alone):", "", "```bash",
+           ".venv/bin/python benchmarks/reproduce.py --threads 2 --max-minutes 120", "```", "",
+           "Each adapter's training, as it ran (the driver adds `--max-minutes` and, after an interruption, `--resume`):",
+           ""]
+    for name in METHODS:
+        record = Path(plan.results) / "training" / f"{name}.json"
+        if not record.is_file():
+            continue
+        card = json.loads(record.read_text())
+        command = card.get("command", "")
+        if card.get("options") and command.split() == ["simulmt", "rl"]:
+            flags = [f"--{k.replace('_', '-')} {v}" for k, v in card["options"].items()
+                     if v not in (None, False) and k not in ("resume",)]
+            command = " ".join(["simulmt rl", *flags])
+        out.append(f"- {name}: `{portable(command)}`")
+    out += ["", "Evaluation runs in the driver's process through the code behind `simulmt evaluate` "
+            "(`simulmt.evaluate.translate_run` and `score_run`, float32, greedy); each run's settings (adapter, "
+            "layout, policy, k or n, slot, decoding bounds, test set and lines) are in its "
+            "`docs/results/runs/TEST/METHOD/RUN/config.json`, its CPU time and adapter hash in `cost.json`.", ""]
+    return out
 
 
 def _environment(runs: list[dict]) -> list[str]:
