@@ -49,8 +49,10 @@ def test_reproduce_runs_every_stage_and_resumes_from_committed_results(tmp_path)
     assert set(json.loads((results / "training" / "slot_lengths.json").read_text())) == {"4", "8", "16", "32", "64"}
     page = (tmp_path / "docs" / "results.md").read_text()
     for heading in ("## iwslt17: BLEU against LAAL", "## Slot mismatch", "## Compute per sentence at wait-3",
-                    "## Training", "## The paper's orderings, checked"):
+                    "## Training", "## The paper's orderings, checked", "## Commands"):
         assert heading in page
+    commands = page.split("## Commands")[1]
+    assert "- expost: `simulmt finetune " in commands and "--recipe offline" in commands
     assert (results / "iwslt17_bleu_laal.png").stat().st_size > 1000
     assert (results / "compute_wait3.png").stat().st_size > 1000
 
