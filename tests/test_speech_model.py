@@ -147,6 +147,11 @@ def test_evaluate_on_audio_scores_in_ms(tmp_path):
     scores = json.loads((run / "scores.json").read_text())
     wait3 = json.loads((tmp_path / "grid" / "interleaved.wait-3" / "scores.json").read_text())
     assert 0 < scores["AL"] < wait3["AL"] < 2100 and scores["AL_CA"] >= scores["AL"]
+    # the page and the signature say ms of audio, not source words at an assumed rate
+    assert scores["signature"]["latency"].startswith("SimulEval-1.1.4-definitions|unit:ms-of-audio|")
+    assert "CA:delay+elapsed,ms" in scores["signature"]["latency"]
+    page = (tmp_path / "grid" / "results.md").read_text()
+    assert "latency in ms of audio" in page and "per source word" not in page
     batched = evaluate(sp, replace(options, output=str(tmp_path / "batched"), batch_size=2), progress=False)
     for one, two in zip(results, batched):  # the same words and delays; the signature says what elapsed is
         assert {k: v for k, v in one.scores.items() if not k.endswith("_CA") and k not in ("signature", "wall_ms")} == {

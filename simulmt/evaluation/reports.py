@@ -44,9 +44,13 @@ def _grid_caption(results: list[RunResult]) -> str:
     first = results[0].scores["signature"]
     models = sorted({r.scores["signature"]["model"] for r in results})
     lines = sorted({r.config["lines"] for r in results})  # asked for; unfinished runs are marked in the table
+    if results[0].config.get("source_type") == "speech":
+        latency = "latency in ms of audio (SimulEval 1.1.4 definitions), *_CA adds the compute time so far, in ms"
+    else:
+        latency = (f"latency in source words (SimulEval 1.1.4 definitions), *_CA in ms at {first['ms_per_word']:g} "
+                   f"ms per source word")
     return (f"model {', '.join(models)}; {Path(first['source']).name} -> {Path(first['reference']).name}, "
-            f"{'/'.join(map(str, lines))} sentences; latency in source words (SimulEval 1.1.4 definitions), "
-            f"*_CA in ms at {first['ms_per_word']:g} ms per source word; simulmt {first['simulmt']}")
+            f"{'/'.join(map(str, lines))} sentences; {latency}; simulmt {first['simulmt']}")
 
 
 def results_markdown(results: list[RunResult]) -> str:

@@ -15,6 +15,8 @@ from simulmt.evaluation.runs import RunResult, RunSpec
 
 LATENCY_SIGNATURE = ("SimulEval-1.1.4-definitions|unit:word|ref_len:yes|empty:skipped|"
                      "CA:delay*{ms:g}ms+elapsed,ms")
+SPEECH_LATENCY_SIGNATURE = ("SimulEval-1.1.4-definitions|unit:ms-of-audio|ref_len:yes|empty:skipped|"
+                            "CA:delay+elapsed,ms")  # delays are already ms of audio: no source rate is assumed
 
 
 def _with_speech_atd(latency: dict[str, float], instances: list[dict]) -> dict[str, float]:
@@ -55,7 +57,8 @@ def score_instances(instances: list[dict], ms_per_word: float = DEFAULT_MS_PER_S
             "empty_predictions": sum(not ins["delays"] for ins in instances),
             "failed": sum(bool(ins.get("error")) for ins in instances),
             "metric_signatures": {"BLEU": bleu_signature, "chrF": chrf_signature,
-                                  "latency": LATENCY_SIGNATURE.format(ms=ms_per_word)}}
+                                  "latency": SPEECH_LATENCY_SIGNATURE if speech
+                                  else LATENCY_SIGNATURE.format(ms=ms_per_word)}}
 
 
 def score_run(directory: Path, ms_per_word: float | None = None, write: bool = True) -> RunResult:
