@@ -25,7 +25,8 @@ The data, fixed in advance (no choice is made on a test set):
   then reads several words per chunk and the model falls behind and drops source (the mixed run's learned
   policy wrote 0.64-0.68 target words per reference word against wait-3's 0.89). read-n teaches it to catch up;
 * the speech-simul stage takes the same schedule (``read-n``: no ``--k-mix``);
-* speech: the text stage's first ``--speech-pairs`` source lines spoken by espeak-ng (simulmt.speech.synth);
+* speech: the text stage's first ``--speech-pairs`` source lines spoken by espeak-ng (simulmt.speech.synth), or,
+  with ``--speech-first N``, Multi30k train lines N .. N + ``--speech-pairs`` - 1 (a corpus larger than the text stage's);
   the test set is Multi30k test2016's first ``--speech-test-lines`` lines spoken with another seed;
 * scores: Multi30k test2016's first ``--test-lines`` lines (text), wait-k and the learned policy at every tau, the
   shipped interleaved adapter on the same lines for comparison, and the speech model on the spoken test lines,
@@ -72,6 +73,9 @@ class Plan:
     ks: str = "1,3,5,7"
     taus: str = "0.3,0.5,0.7,0.9"
     speech_pairs: int = 1200
+    # 1-based Multi30k train line where the spoken corpus starts (0: the text stage's own lines are spoken). More
+    # speech than the text stage's 2,400 lines needs its own range: session 12's 1,200 utterances were too few
+    speech_first: int = 0
     speech_test_lines: int = 150
     encoder: str = "tiny.en"
     adapter_hidden: int = 512
@@ -98,15 +102,16 @@ def lines(path: Path, first: int, count: int | None) -> list[str]:
 def write_data(plan: Plan) -> Path:
     """The text stage's, the head's and the test set's line files under WORK/data (once)."""
     out = Path(plan.work) / "data"
-    if (out / "done").is_file():
+    head_first = plan.text_first + plan.text_pairs
+    files = [("text", "train", plan.text_first, plan.text_pairs), ("head", "train", head_first, plan.head_pairs),
+             ("test", "test2016", 1, plan.test_lines), ("speech-test", "test2016", 1, plan.speech_test_lines)]
+    if plan.speech_first:
+        files.append(("speech", "train", plan.speech_first, plan.speech_pairs))
+    if (out / "done").is_file() and all((out / f"{name}.en").is_file() for name, *_ in files):
         return out
     out.mkdir(parents=True, exist_ok=True)
     m30k = Path(plan.data) / "multi30k"
-    head_first = plan.text_first + plan.text_pairs
-    for name, stem, first, count in (("text", "train", plan.text_first, plan.text_pairs),
-                                     ("head", "train", head_first, plan.head_pairs),
-                                     ("test", "test2016", 1, plan.test_lines),
-                                     ("speech-test", "test2016", 1, plan.speech_test_lines)):
+    for name, stem, first, count in files:
         for lang in ("en", "de"):
             rows = lines(m30k / f"{stem}.{lang}", first, count)
             if len(rows) < count:
@@ -154,6 +159,7 @@ def stages(plan: Plan) -> list[Stage]:
         raise SystemExit(f"--schedule is mixed or read-n, got {plan.schedule!r}")
     wait_k = ["--k-mix", plan.k_mix] if plan.schedule == "mixed" else []  # speech-simul: read-n without a k-mix
     head = str(w / "head" / "adapter")
+    spoken = "speech" if plan.speech_first else "text"  # the lines the speech corpus speaks (write_data)
     speech = ["--corpus", str(w / "speech-train" / "manifest.jsonl"), "--model", plan.model, "--adapter", head,
               "--encoder", plan.encoder, "--adapter-hidden", str(plan.adapter_hidden)]
     grid = ["--layouts", "interleaved", "--policies", "wait-k,learned", "--ks", plan.ks, "--taus", plan.taus,
@@ -177,7 +183,7 @@ def stages(plan: Plan) -> list[Stage]:
     ]
     out += [
         Stage("speech-data", w / "speech-train" / "manifest.jsonl", [
-            *synth, str(d / "text.en"), str(d / "text.de"), str(w / "speech-train"), "--limit",
+            *synth, str(d / f"{spoken}.en"), str(d / f"{spoken}.de"), str(w / "speech-train"), "--limit",
             str(plan.speech_pairs)]),
         Stage("speech-test-data", w / "speech-test" / "manifest.jsonl", [
             *synth, str(d / "speech-test.en"), str(d / "speech-test.de"), str(w / "speech-test"), "--seed", "1"]),

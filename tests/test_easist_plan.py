@@ -21,6 +21,28 @@ def test_schedule_mixed_and_read_n_reach_the_text_and_speech_stages():
     assert "--k-mix" not in text and "--k-mix" not in read_n["speech-simul"]  # speech: read-n without a k-mix
 
 
+def test_the_spoken_corpus_takes_its_own_lines_with_speech_first(tmp_path):
+    """--speech-first N: the speech corpus speaks Multi30k train lines N.. (more than the text stage has); without
+    it, the text stage's lines, as before. A work folder made before the option gets the new files."""
+    easist = load_benchmark("easist")
+    m30k = tmp_path / "data" / "multi30k"
+    m30k.mkdir(parents=True)
+    for lang in ("en", "de"):
+        (m30k / f"train.{lang}").write_text("".join(f"{lang} {i}\n" for i in range(1, 41)))
+        (m30k / f"test2016.{lang}").write_text("".join(f"{lang} t{i}\n" for i in range(1, 6)))
+    sizes = dict(data=str(tmp_path / "data"), work=str(tmp_path / "work"), text_first=1, text_pairs=8,
+                 head_pairs=4, test_lines=3, speech_test_lines=2, speech_pairs=20)
+    assert _commands(easist, **sizes)["speech-data"][-5].endswith("text.en")
+    data = easist.write_data(easist.Plan(**sizes))
+    assert not (data / "speech.en").exists()
+    plan = easist.Plan(**sizes, speech_first=15)
+    command = _commands(easist, **sizes, speech_first=15)["speech-data"]
+    assert command[-5] == str(data / "speech.en") and command[-1] == "20"
+    easist.write_data(plan)
+    assert (data / "speech.en").read_text().splitlines() == [f"en {i}" for i in range(15, 35)]
+    assert (data / "speech.de").read_text().splitlines()[0] == "de 15"
+
+
 def test_an_unknown_schedule_is_refused():
     with pytest.raises(SystemExit, match="mixed or read-n"):
         _commands(load_benchmark("easist"), schedule="wait-k")
