@@ -100,7 +100,8 @@ def lines(path: Path, first: int, count: int | None) -> list[str]:
 
 
 def write_data(plan: Plan) -> Path:
-    """The text stage's, the head's and the test set's line files under WORK/data (once)."""
+    """The text stage's, the head's, the test sets' and (with ``--speech-first``) the spoken corpus's line files
+    under WORK/data (once; again when a file the plan names is missing)."""
     out = Path(plan.work) / "data"
     head_first = plan.text_first + plan.text_pairs
     files = [("text", "train", plan.text_first, plan.text_pairs), ("head", "train", head_first, plan.head_pairs),

@@ -396,7 +396,7 @@ def _commands(plan: Plan) -> list[str]:
         command = card.get("command", "")
         if card.get("options") and command.split() == ["simulmt", "rl"]:
             flags = [f"--{k.replace('_', '-')} {v}" for k, v in card["options"].items()
-                     if v not in (None, False) and k not in ("resume",)]
+                     if v is not None and v is not False and k != "resume"]  # 0 is a value (--seed 0)
             command = " ".join(["simulmt rl", *flags])
         out.append(f"- {name}: `{portable(command)}`")
     out += ["", "Evaluation runs in the driver's process through the code behind `simulmt evaluate` "

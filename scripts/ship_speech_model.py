@@ -16,10 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file, save_file
-
-from simulmt.adapters import SHIPPED
+from simulmt.adapters import SHIPPED, save_bfloat16_weights
 from simulmt.core.learned_policy import HEAD_FILE
 from simulmt.speech.adapter import ADAPTER_FILE, CONFIG_FILE
 from simulmt.speech.model import SHIPPED_SPEECH_MODEL, SPEECH_FILE
@@ -37,9 +34,7 @@ def ship(run: Path, llm_adapter: str, stage_runs: dict[str, Path]) -> Path:
     card.update(model=SHIPPED[llm_adapter], adapter=llm_adapter)
     (target / SPEECH_FILE).write_text(json.dumps(card, indent=2) + "\n")
     shutil.copyfile(model / CONFIG_FILE, target / CONFIG_FILE)
-    weights = load_file(str(model / ADAPTER_FILE))
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()}, str(target / ADAPTER_FILE),
-              metadata={"format": "pt"})
+    save_bfloat16_weights(model / ADAPTER_FILE, target / ADAPTER_FILE)
     if (model / HEAD_FILE).is_file():
         shutil.copyfile(model / HEAD_FILE, target / HEAD_FILE)
     for stage, directory in {**stage_runs, "policy": run}.items():

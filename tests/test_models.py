@@ -340,3 +340,28 @@ def test_real_smollm2_loads_and_generates():
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=4, do_sample=False)
     assert "Paris" in tok.decode(out[0, enc.input_ids.shape[1]:])
+
+
+def test_adapter_weights_are_stored_in_bfloat16_except_added_token_rows_and_integers(tmp_path):
+    """``save_bfloat16_weights`` (shipped adapters, kept reproduction and EASiST results, the speech adapter): float
+    weights become bfloat16, PEFT's added-token rows and integer tensors stay as they are, with the format metadata
+    transformers expects."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from simulmt.adapters import save_bfloat16_weights
+
+    weights = {"base_model.model.layers.0.q_proj.lora_A.weight": torch.randn(4, 8),
+               "base_model.model.embed_tokens.token_adapter.trainable_tokens_delta": torch.randn(2, 8),
+               "step": torch.tensor([3])}
+    save_file(weights, str(tmp_path / "in.safetensors"))
+    save_bfloat16_weights(tmp_path / "in.safetensors", tmp_path / "out.safetensors")
+    out = load_file(str(tmp_path / "out.safetensors"))
+    lora = "base_model.model.layers.0.q_proj.lora_A.weight"
+    assert out[lora].dtype == torch.bfloat16 and torch.equal(out[lora], weights[lora].to(torch.bfloat16))
+    tokens = "base_model.model.embed_tokens.token_adapter.trainable_tokens_delta"
+    assert out[tokens].dtype == torch.float32 and torch.equal(out[tokens], weights[tokens])
+    assert torch.equal(out["step"], weights["step"])
+    with safe_open(str(tmp_path / "out.safetensors"), "pt") as f:
+        assert f.metadata() == {"format": "pt"}

@@ -70,9 +70,9 @@ def resolve_adapter(adapter: str | None, model: str) -> tuple[str, Path] | None:
 
 
 def save_bfloat16_weights(source: str | Path, target: str | Path) -> None:
-    """Write a PEFT ``adapter_model.safetensors`` with its LoRA weights in bfloat16 (half the size; cast back to the
-    model's dtype on load), as shipped and committed adapters are stored. Added tokens' rows
-    (``trainable_tokens``) and non-float tensors stay as they are."""
+    """Write a safetensors file of adapter weights (a PEFT ``adapter_model.safetensors``, a speech adapter) with its
+    float weights in bfloat16 (half the size; cast back to the model's dtype on load), as shipped and committed
+    adapters are stored. Added tokens' rows (PEFT's ``trainable_tokens``) and non-float tensors stay as they are."""
     import torch
     from safetensors.torch import load_file, save_file
 
