@@ -28,6 +28,9 @@ The data, fixed in advance (no choice is made on a test set):
 * speech: the text stage's first ``--speech-pairs`` source lines spoken by espeak-ng (simulmt.speech.synth), or,
   with ``--speech-first N``, Multi30k train lines N .. N + ``--speech-pairs`` - 1 (a corpus larger than the text stage's);
   the test set is Multi30k test2016's first ``--speech-test-lines`` lines spoken with another seed;
+* with ``--ctc-steps N``, a cheap CTC stage (``finetune --recipe speech-ctc``: the adapter against the LLM's token
+  embeddings, no LLM forward) starts the adapter before align; the corpus's last ``--ctc-held-out`` utterances
+  measure its token error rate;
 * scores: Multi30k test2016's first ``--test-lines`` lines (text), wait-k and the learned policy at every tau, the
   shipped interleaved adapter on the same lines for comparison, and the speech model on the spoken test lines,
   compared with text at the audio's word times (``benchmarks/speech_vs_text.py``).
@@ -79,6 +82,10 @@ class Plan:
     speech_test_lines: int = 150
     encoder: str = "tiny.en"
     adapter_hidden: int = 512
+    # a cheap CTC stage before align (simulmt.speech.ctc; 0: none, as the session-12 runs): the adapter against the
+    # LLM's token embeddings, its token error rate on the corpus's last --ctc-held-out utterances
+    ctc_steps: int = 0
+    ctc_held_out: int = 200
     align_steps: int = 300
     simul_steps: int = 200
     policy_utterances: int = 300
@@ -188,8 +195,16 @@ def stages(plan: Plan) -> list[Stage]:
             str(plan.speech_pairs)]),
         Stage("speech-test-data", w / "speech-test" / "manifest.jsonl", [
             *synth, str(d / "speech-test.en"), str(d / "speech-test.de"), str(w / "speech-test"), "--seed", "1"]),
+    ]
+    if plan.ctc_steps:
+        out.append(Stage("speech-ctc", w / "sp-ctc" / "model" / "speech.json", [
+            *cli, "finetune", "--recipe", "speech-ctc", *speech, "--steps", str(plan.ctc_steps), "--batch-size", "8",
+            "--lr", "1e-3", "--held-out", str(plan.ctc_held_out), "--save-steps", "50", "--output", str(w / "sp-ctc")],
+            resumable=w / "sp-ctc" / "checkpoint.pt", timed=True, keep=("sp-ctc/model", "sp-ctc/training.json")))
+    from_ctc = ["--speech-adapter", str(w / "sp-ctc" / "model")] if plan.ctc_steps else []
+    out += [
         Stage("speech-align", w / "sp-align" / "model" / "speech.json", [
-            *cli, "finetune", "--recipe", "speech-align", *speech, "--steps", str(plan.align_steps),
+            *cli, "finetune", "--recipe", "speech-align", *speech, *from_ctc, "--steps", str(plan.align_steps),
             "--batch-size", "8", "--lr", "1e-3", "--save-steps", "10", "--output", str(w / "sp-align")],
             resumable=w / "sp-align" / "checkpoint.pt", timed=True, keep=("sp-align/model", "sp-align/training.json")),
         Stage("speech-simul", w / "sp-simul" / "model" / "speech.json", [
@@ -233,7 +248,7 @@ def run_stage(plan: Plan, stage: Stage, deadline: float | None) -> bool:
         command.append("--resume")
     if stage.timed and deadline is not None:
         command += ["--max-minutes", f"{max(1.0, (deadline - time.time()) / 60):.1f}"]
-    if stage.name == "speech-simul" or stage.name == "speech-policy":  # the align stage's encoder blocks, reused
+    if stage.name in ("speech-ctc", "speech-simul", "speech-policy"):  # one cache of encoder blocks: sp-align's
         out = Path(command[command.index("--output") + 1])
         out.mkdir(parents=True, exist_ok=True)
         if not (out / "blocks").exists():
@@ -366,7 +381,7 @@ def collect(plan: Plan) -> None:
             if (w / folder / name).is_file():
                 (r / folder).mkdir(exist_ok=True)
                 shutil.copyfile(w / folder / name, r / folder / name)
-    for run in ("text", "head", "sp-align", "sp-simul", "sp-policy"):
+    for run in ("text", "head", "sp-ctc", "sp-align", "sp-simul", "sp-policy"):
         if (w / run / "training.json").is_file():
             (r / "training").mkdir(exist_ok=True)
             shutil.copyfile(w / run / "training.json", r / "training" / f"{run}.json")
@@ -380,6 +395,22 @@ def _section(title: str, path: Path) -> list[str]:
     text = path.read_text(encoding="utf-8").strip().splitlines()
     text = [line for line in text if not line.startswith("# ")]  # the file's own title
     return [f"## {title}", "", *text, ""]
+
+
+def _ctc_section(card_path: Path) -> list[str]:
+    """The CTC stage's held-out token error rate along the run, and what the adapter spells on held-out audio."""
+    if not card_path.is_file():
+        return []
+    card = json.loads(card_path.read_text())
+    points = [h for h in card.get("loss_history", []) if "held_out_token_error_rate" in h]
+    out = ["", f"### The CTC stage on its {card.get('held_out', 0)} held-out utterances", "",
+           "Token error rate (edits over reference tokens) of the adapter's best CTC path against the LLM's "
+           f"embeddings of {card.get('vocabulary', '?')} training tokens, along the run:", "",
+           "| step | train loss | held-out token error rate |", "|---:|---:|---:|",
+           *(f"| {h['step']} | {h['loss']} | {h['held_out_token_error_rate']:.3f} |" for h in points), ""]
+    for example in card.get("held_out_examples", []):
+        out += [f"- {example['reference']}  ", f"  -> {example['adapter_spells']}"]
+    return out
 
 
 def write_page(plan: Plan) -> Path:
@@ -402,7 +433,7 @@ def write_page(plan: Plan) -> Path:
     page += ["## Speech compute (`simulmt bench --audio`)", "", "```",
              *(bench.read_text().strip().splitlines() if bench.is_file() else ["not run yet"]), "```", ""]
     page += ["## Training", "", "| run | steps | final loss | wall min | CPU min |", "|---|---:|---:|---:|---:|"]
-    for run in ("text", "head", "sp-align", "sp-simul", "sp-policy"):
+    for run in ("text", "head", "sp-ctc", "sp-align", "sp-simul", "sp-policy"):
         card_path = r / "training" / f"{run}.json"
         if card_path.is_file():
             card = json.loads(card_path.read_text())
@@ -410,6 +441,7 @@ def write_page(plan: Plan) -> Path:
             loss = history[-1]["loss"] if history else card.get("fit", {}).get("train_loss")
             page.append(f"| {run} | {card.get('steps', '-')} | {loss if loss is not None else '-'} | "
                         f"{card.get('seconds', 0) / 60:.1f} | {card.get('cpu_seconds', 0) / 60:.1f} |")
+    page += _ctc_section(r / "training" / "sp-ctc.json")
     page += ["", "## Commands, as run", ""]
     log = r / "stages.jsonl"
     for line in (log.read_text().splitlines() if log.is_file() else []):

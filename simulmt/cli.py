@@ -481,7 +481,8 @@ def _commands() -> dict[str, Command]:
             "Fine-tune a causal LM on sentence pairs laid out as the streaming engine will see them (recipe = layout "
             "+ schedule), save DIR/adapter and DIR/training.json, and evaluate on a dev subset with the streaming "
             "engine. Built on the Hugging Face Trainer: accelerate launch / torchrun / --deepspeed work. EASiST's "
-            "speech stages are the recipes speech-align, speech-simul and speech-policy, with the options of "
+            "speech stages are the recipes speech-align, speech-simul and speech-policy (and the optional cheap "
+            "speech-ctc before align), with the options of "
             "`simulmt finetune-speech` (a speech corpus instead of text pairs): `simulmt finetune --recipe "
             "speech-align --corpus manifest.jsonl --adapter DIR` is `simulmt finetune-speech --stage align ...`."),
         "finetune-speech": Command(
@@ -489,7 +490,8 @@ def _commands() -> dict[str, Command]:
             "EASiST's speech stages on a frozen LLM: align the speech adapter, fine-tune it on interleaved chunks, fit "
             "the READ/WRITE policy head (resumable)",
             "Train one stage of the speech model on a speech corpus (python -m simulmt.speech.synth corpus ...): "
-            "--stage align (offline speech -> transcript or translation), simul (interleaved speech and target "
+            "--stage ctc (optional: the adapter against the LLM's token embeddings with CTC, no LLM forward), align "
+            "(offline speech -> transcript or translation), simul (interleaved speech and target "
             "chunks), policy (the READ/WRITE head after each block). Stage one, the interleaved text format, is "
             "`simulmt finetune --recipe interleaved`; its adapter is --adapter here. Writes DIR/model, a speech "
             "model folder, and DIR/training.json."),
@@ -519,7 +521,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 #: EASiST's speech stages as finetune recipes: ``finetune --recipe speech-align ...`` is ``finetune-speech --stage
 #: align ...`` (they take finetune-speech's options: a speech corpus, not text pairs)
-SPEECH_RECIPES = {"speech-align": "align", "speech-simul": "simul", "speech-policy": "policy"}
+SPEECH_RECIPES = {"speech-ctc": "ctc", "speech-align": "align", "speech-simul": "simul", "speech-policy": "policy"}
 
 
 def _route_speech_recipe(argv: list[str]) -> list[str]:

@@ -171,3 +171,44 @@ def test_speech_json_names_folders_relative_to_the_model(tmp_path, monkeypatch):
     assert _relative("gemma-3-270m", final) == "gemma-3-270m"
     assert _adapter_of(final, "../../head/adapter") == str(final / "../../head/adapter")
     assert _adapter_of(final, "gemma-3-270m-interleaved-en-de") == "gemma-3-270m-interleaved-en-de"
+
+
+def test_the_ctc_stage_spells_the_transcript_cheaply_and_hands_its_adapter_to_align(corpus, parts, tmp_path):
+    """``--stage ctc``: the adapter alone learns, with CTC against the LLM's own token embeddings, to spell the
+    transcript; a held-out utterance is scored, not trained on; a cut run resumes to the same losses (the blank and
+    scale too); the align stage starts from its adapter."""
+    from simulmt.speech.ctc import CTCScorer, token_error_rate
+
+    run = options(corpus, tmp_path / "ctc", stage="ctc", steps=30, lr=2e-2, held_out=1)
+    card = train_speech(run, progress=False, **parts)
+    losses = [h["loss"] for h in card["loss_history"]]
+    assert card["steps"] == 30 and card["held_out"] == 1 and losses[-1] < 0.5 * losses[0]
+    assert 0.0 <= card["held_out_token_error_rate"] and card["held_out_examples"][0]["reference"] == SOURCES[2]
+    tok = parts["translator"].tokenizer
+    assert card["vocabulary"] == len({t for s in SOURCES[:2] for t in tok(s, add_special_tokens=False)["input_ids"]})
+    assert (tmp_path / "ctc" / "model" / SPEECH_FILE).is_file()
+
+    cut = train_speech(options(corpus, tmp_path / "cut", stage="ctc", steps=30, lr=2e-2, held_out=1,
+                               max_minutes=1e-6), progress=False, **parts)
+    assert cut["stopped_by_time_limit"] and cut["steps"] == 1
+    resumed = train_speech(options(corpus, tmp_path / "cut", stage="ctc", steps=30, lr=2e-2, held_out=1,
+                                   resume=True), progress=False, **parts)
+    assert [h["loss"] for h in resumed["loss_history"]] == pytest.approx(losses, rel=1e-4)
+
+    align = train_speech(options(corpus, tmp_path / "align", speech_adapter=str(tmp_path / "ctc" / "model")),
+                         progress=False, **parts)
+    assert align["steps"] == 4
+    with pytest.raises(SimulmtError, match="--held-out"):
+        options(corpus, tmp_path / "x", held_out=1)  # align takes no held-out utterances
+    with pytest.raises(SimulmtError, match="leaves no utterance"):
+        train_speech(options(corpus, tmp_path / "y", stage="ctc", held_out=3), progress=False, **parts)
+
+    # the metric and the scorer on their own
+    assert token_error_rate([[1, 2, 3]], [[1, 2, 3]]) == 0.0
+    assert token_error_rate([[1, 2, 3]], [[1, 3]]) == pytest.approx(1 / 3)  # a deletion
+    assert token_error_rate([[1, 2, 3], [4]], [[1, 2, 9, 3], []]) == pytest.approx(2 / 4)  # an insertion, a deletion
+    scorer = CTCScorer([7, 9], torch.eye(3)[1:])  # token 7 -> (0,1,0), 9 -> (0,0,1); the blank learns from zero
+    with torch.no_grad():
+        scorer.scale.fill_(10.0)
+        frames = torch.tensor([[0, 1, 0], [0, 1, 0], [-1, -1, -1], [0, 0, 1], [0, 1, 0]], dtype=torch.float)
+    assert scorer.greedy(frames) == [7, 9, 7]  # repeats merged, the blank frame dropped

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from simulmt.errors import SimulmtError
 from simulmt.option_fields import language_field
 
-STAGES = ("align", "simul", "policy")
+STAGES = ("ctc", "align", "simul", "policy")
 
 
 @dataclass(frozen=True)
@@ -16,14 +16,17 @@ class SpeechTrainOptions:
     corpus: str = field(default="", metadata={
         "help": "manifest.jsonl of a speech corpus (python -m simulmt.speech.synth corpus ...); required",
         "metavar": "FILE"})
-    stage: str = field(default="align", metadata={"help": "align | simul | policy", "choices": STAGES})
+    stage: str = field(default="align", metadata={
+        "help": "ctc (optional, cheap: the adapter against the LLM's token embeddings, no LLM forward) | align | "
+                "simul | policy", "choices": STAGES})
     model: str = field(default="gemma-3-270m", metadata={"help": "the LLM"})
     adapter: str | None = field(default=None, metadata={
         "help": "the LLM's LoRA adapter, trained with --recipe interleaved (it carries the marker tokens)",
         "metavar": "DIR"})
     encoder: str = field(default="tiny.en", metadata={"help": "speech encoder: tiny.en, base, or a CTranslate2 folder"})
     speech_adapter: str | None = field(default=None, metadata={
-        "help": "start from this speech model folder's adapter (simul and policy: the align stage's output)",
+        "help": "start from this speech model folder's adapter (align: the ctc stage's output, if it ran; simul and "
+                "policy: the align stage's)",
         "metavar": "DIR"})
     output: str = field(default="simulmt-speech", metadata={"help": "run directory", "metavar": "DIR"})
     block_ms: int = field(default=640, metadata={"help": "audio per source unit (a multiple of 40 ms)"})
@@ -50,6 +53,9 @@ class SpeechTrainOptions:
         "help": "stop after this many minutes with a checkpoint (--resume continues)"})
     resume: bool = field(default=False, metadata={"help": "continue the run in --output from its checkpoint"})
     limit: int | None = field(default=None, metadata={"help": "use only the first N utterances", "metavar": "N"})
+    held_out: int = field(default=0, metadata={
+        "help": "ctc: the corpus's last N utterances are not trained on; their token error rate is reported",
+        "metavar": "N"})
     seed: int = field(default=0, metadata={"help": "seed of the batches, the chunk draws and the adapter's init"})
     source_lang: str = language_field("en", "source")
     target_lang: str = language_field("de", "target")
@@ -59,13 +65,16 @@ class SpeechTrainOptions:
             raise SimulmtError("--corpus is required: a speech corpus manifest (python -m simulmt.speech.synth corpus)")
         if self.stage not in STAGES:
             raise SimulmtError(f"unknown speech stage {self.stage!r}; choose one of: {', '.join(STAGES)}")
-        if self.stage != "align" and self.speech_adapter is None:
+        if self.stage in ("simul", "policy") and self.speech_adapter is None:
             raise SimulmtError(f"--stage {self.stage} continues an aligned speech adapter: pass --speech-adapter DIR "
                                f"(the align stage's OUT/model)")
         self._check_blocks()
         self.schedule  # parses --n-mix and --k-mix
         if min(self.steps, self.batch_size, self.save_steps) < 1 or self.lr <= 0:
             raise SimulmtError("--steps, --batch-size and --save-steps must be at least 1, --lr positive")
+        if self.held_out < 0 or (self.held_out and self.stage != "ctc"):
+            raise SimulmtError(f"--held-out N (at least 0) is for --stage ctc, got {self.held_out} with "
+                               f"--stage {self.stage}")
 
     @property
     def ns(self) -> list[int]:

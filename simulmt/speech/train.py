@@ -1,6 +1,9 @@
 """EASiST's speech stages on a frozen LLM: align the speech adapter, fine-tune it on interleaved chunks, fit the
 policy head. (Stage one, the interleaved text format, is ``simulmt finetune --recipe interleaved``.)
 
+* ``ctc``  (optional, before align): the adapter alone against the LLM's token embeddings of the transcript, with
+  CTC (``simulmt.speech.ctc``): no LLM forward, about a tenth of an align step. ``--held-out N`` keeps the
+  corpus's last N utterances out of training and reports their token error rate.
 * ``align``  (stage II): offline speech -> text. Every block is read, then the model writes the transcript
   (``--align-target transcript``: the prompt asks to "translate English into English") or the translation. Only
   the adapter trains; the LLM (with its interleaved LoRA adapter merged) is frozen, so the adapter learns to
@@ -159,8 +162,12 @@ def train_speech(options: SpeechTrainOptions, *, translator=None, encoder=None, 
     if options.stage == "policy":
         fitted, head = _fit_policy(options, translator, adapter, items, layout, fmt)
         card.update(fitted)
+    elif options.stage == "ctc":
+        card.update(_train_ctc(options, translator, adapter, items, progress))
     else:
-        card.update(_train_adapter(options, translator, adapter, items, layout, fmt, progress))
+        rng_loss = lambda item, rng: _loss(translator, adapter, item, layout, fmt, options, rng)  # noqa: E731
+        translator.model.eval()
+        card.update(_train_adapter(options, adapter, items, rng_loss, progress))
     card["seconds"] = round(time.perf_counter() - started, 1)
     card["cpu_seconds"] = round(time.process_time() - cpu_started, 1)
     if not card.get("stopped_by_time_limit"):
@@ -193,9 +200,52 @@ def _loss(translator, adapter, item: SpeechItem, layout, fmt, options, rng) -> t
     return torch.nn.functional.cross_entropy(logits.float(), labels[where], reduction="sum"), int(where.sum())
 
 
-def _train_adapter(options, translator, adapter, items, layout, fmt, progress) -> dict:
+def _train_ctc(options, translator, adapter, items, progress) -> dict:
+    """The ctc stage: the adapter and a CTC scorer over the training transcripts' tokens (simulmt.speech.ctc)."""
+    from simulmt.speech.ctc import CTCScorer, token_error_rate
+
+    if options.held_out >= len(items):
+        raise SimulmtError(f"--held-out {options.held_out} leaves no utterance to train on (the corpus has "
+                           f"{len(items)})")
+    tokenizer = translator.tokenizer
+    ids = {item.id: tokenizer(item.source, add_special_tokens=False)["input_ids"] for item in items}
+    train = items[: len(items) - options.held_out]
+    held = items[len(train):]
+    vocab = sorted({t for item in train for t in ids[item.id]})
+    with torch.no_grad():  # the rows as the LLM sees them (Gemma scales its embeddings)
+        rows = translator.model.get_input_embeddings()(torch.tensor(vocab)).float()
+    scorer = CTCScorer(vocab, rows)
+
+    def loss(item, rng):
+        embeddings = torch.cat([adapter(b) for b in item.blocks])
+        return scorer.loss(embeddings, ids[item.id]), len(ids[item.id])
+
+    def evaluate() -> dict:
+        if not held:
+            return {}
+        with torch.no_grad():
+            hyps = [scorer.greedy(torch.cat([adapter(b) for b in item.blocks])) for item in held]
+        return {"held_out_token_error_rate": round(token_error_rate([ids[i.id] for i in held], hyps), 4)}
+
+    card = _train_adapter(options, adapter, train, loss, progress, extra=scorer, evaluate=evaluate)
+    card.update({"vocabulary": len(vocab), "held_out": len(held)})
+    if held:
+        with torch.no_grad():
+            card["held_out_examples"] = [
+                {"reference": item.source,
+                 "adapter_spells": tokenizer.decode(scorer.greedy(torch.cat([adapter(b) for b in item.blocks])))}
+                for item in held[:5]]
+    return card
+
+
+def _train_adapter(options, adapter, items, loss_of, progress, extra: torch.nn.Module | None = None,
+                   evaluate=None) -> dict:
+    """The adapter's (and ``extra``'s parameters') optimisation loop: ``loss_of(item, rng)`` gives an utterance's
+    summed loss and its token count. Checkpoints every ``save_steps`` and at the time limit; ``evaluate()`` (a dict
+    of held-out figures) runs every tenth of the run and at its end, into the loss history."""
     out = Path(options.output)
-    opt = torch.optim.AdamW(adapter.parameters(), lr=options.lr, weight_decay=0.01)
+    params = [*adapter.parameters(), *(extra.parameters() if extra is not None else [])]
+    opt = torch.optim.AdamW(params, lr=options.lr, weight_decay=0.01)
     step, history = 0, []
     checkpoint = out / "checkpoint.pt"
     if options.resume and checkpoint.is_file():
@@ -203,13 +253,15 @@ def _train_adapter(options, translator, adapter, items, layout, fmt, progress) -
         if state["options"] != {k: v for k, v in asdict(options).items() if k not in ("resume", "max_minutes")}:
             raise SimulmtError("--resume with options that change the run: use the same options as the cut run")
         adapter.load_state_dict(state["adapter"])
+        if extra is not None:
+            extra.load_state_dict(state["extra"])
         opt.load_state_dict(state["optimizer"])
         step, history = state["step"], state["history"]
     warmup = max(1, options.steps // 10)
     schedule = lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / options.steps)))  # noqa: E731
+    every = max(1, options.steps // 10)
     deadline = time.perf_counter() + 60 * options.max_minutes if options.max_minutes else None
     adapter.train()
-    translator.model.eval()
     bar = tqdm(total=options.steps, initial=step, desc=f"speech {options.stage}", disable=not progress)
     stopped = False
     while step < options.steps:
@@ -220,22 +272,28 @@ def _train_adapter(options, translator, adapter, items, layout, fmt, progress) -
         opt.zero_grad()
         total, count = 0.0, 0
         for item in batch:
-            loss, n = _loss(translator, adapter, item, layout, fmt, options, rng)
+            loss, n = loss_of(item, rng)
             loss.backward()
             total, count = total + float(loss.detach()), count + n
-        for p in adapter.parameters():
+        for p in params:
             if p.grad is not None:
                 p.grad /= max(1, count)
-        torch.nn.utils.clip_grad_norm_(adapter.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         step += 1
         history.append({"step": step, "loss": round(total / max(1, count), 5)})
+        if evaluate is not None and (step % every == 0 or step == options.steps):
+            adapter.eval()
+            history[-1].update(evaluate())
+            adapter.train()
         bar.update(1)
-        bar.set_postfix(loss=history[-1]["loss"])
+        bar.set_postfix({k: v for k, v in history[-1].items() if k != "step"})
         timed_out = deadline is not None and time.perf_counter() > deadline
         if step % options.save_steps == 0 or step == options.steps or timed_out:
             state = {"options": {k: v for k, v in asdict(options).items() if k not in ("resume", "max_minutes")},
                      "adapter": adapter.state_dict(), "optimizer": opt.state_dict(), "step": step, "history": history}
+            if extra is not None:
+                state["extra"] = extra.state_dict()
             out.mkdir(parents=True, exist_ok=True)
             torch.save(state, out / "checkpoint.tmp")
             (out / "checkpoint.tmp").replace(checkpoint)
@@ -244,8 +302,11 @@ def _train_adapter(options, translator, adapter, items, layout, fmt, progress) -
             break
     bar.close()
     adapter.eval()
-    return {"steps": step, "loss_history": history, "stopped_by_time_limit": stopped,
+    card = {"steps": step, "loss_history": history, "stopped_by_time_limit": stopped,
             "train_loss": history[-1]["loss"] if history else None}
+    if history and "held_out_token_error_rate" in history[-1]:
+        card["held_out_token_error_rate"] = history[-1]["held_out_token_error_rate"]
+    return card
 
 
 def _fit_policy(options, translator, adapter, items, layout, fmt) -> tuple[dict, PolicyHead]:
