@@ -29,8 +29,9 @@ The data, fixed in advance (no choice is made on a test set):
   with ``--speech-first N``, Multi30k train lines N .. N + ``--speech-pairs`` - 1 (a corpus larger than the text stage's);
   the test set is Multi30k test2016's first ``--speech-test-lines`` lines spoken with another seed;
 * with ``--ctc-steps N``, a cheap CTC stage (``finetune --recipe speech-ctc``: the adapter against the LLM's token
-  embeddings, no LLM forward) starts the adapter before align; the corpus's last ``--ctc-held-out`` utterances
-  measure its token error rate;
+  embeddings, no LLM forward) starts the adapter before align; with ``--speech-held-out N``, the spoken corpus's
+  last N utterances are kept out of ctc and align, and the frozen LLM's transcripts of them after each stage are
+  scored (token error rate): does the LLM understand the adapter?
 * scores: Multi30k test2016's first ``--test-lines`` lines (text), wait-k and the learned policy at every tau, the
   shipped interleaved adapter on the same lines for comparison, and the speech model on the spoken test lines,
   compared with text at the audio's word times (``benchmarks/speech_vs_text.py``).
@@ -83,9 +84,10 @@ class Plan:
     encoder: str = "tiny.en"
     adapter_hidden: int = 512
     # a cheap CTC stage before align (simulmt.speech.ctc; 0: none, as the session-12 runs): the adapter against the
-    # LLM's token embeddings, its token error rate on the corpus's last --ctc-held-out utterances
+    # LLM's token embeddings
     ctc_steps: int = 0
-    ctc_held_out: int = 200
+    # the spoken corpus's last N utterances: not trained on by ctc and align, whose transcripts of them are scored
+    speech_held_out: int = 0
     align_steps: int = 300
     simul_steps: int = 200
     policy_utterances: int = 300
@@ -196,16 +198,17 @@ def stages(plan: Plan) -> list[Stage]:
         Stage("speech-test-data", w / "speech-test" / "manifest.jsonl", [
             *synth, str(d / "speech-test.en"), str(d / "speech-test.de"), str(w / "speech-test"), "--seed", "1"]),
     ]
+    held_out = ["--held-out", str(plan.speech_held_out)] if plan.speech_held_out else []
     if plan.ctc_steps:
         out.append(Stage("speech-ctc", w / "sp-ctc" / "model" / "speech.json", [
             *cli, "finetune", "--recipe", "speech-ctc", *speech, "--steps", str(plan.ctc_steps), "--batch-size", "8",
-            "--lr", "1e-3", "--held-out", str(plan.ctc_held_out), "--save-steps", "50", "--output", str(w / "sp-ctc")],
+            "--lr", "1e-3", *held_out, "--save-steps", "50", "--output", str(w / "sp-ctc")],
             resumable=w / "sp-ctc" / "checkpoint.pt", timed=True, keep=("sp-ctc/model", "sp-ctc/training.json")))
     from_ctc = ["--speech-adapter", str(w / "sp-ctc" / "model")] if plan.ctc_steps else []
     out += [
         Stage("speech-align", w / "sp-align" / "model" / "speech.json", [
-            *cli, "finetune", "--recipe", "speech-align", *speech, *from_ctc, "--steps", str(plan.align_steps),
-            "--batch-size", "8", "--lr", "1e-3", "--save-steps", "10", "--output", str(w / "sp-align")],
+            *cli, "finetune", "--recipe", "speech-align", *speech, *from_ctc, *held_out, "--steps",
+            str(plan.align_steps), "--batch-size", "8", "--lr", "1e-3", "--save-steps", "10", "--output", str(w / "sp-align")],
             resumable=w / "sp-align" / "checkpoint.pt", timed=True, keep=("sp-align/model", "sp-align/training.json")),
         Stage("speech-simul", w / "sp-simul" / "model" / "speech.json", [
             *cli, "finetune", "--recipe", "speech-simul", *speech, "--speech-adapter", str(w / "sp-align" / "model"),
@@ -397,19 +400,34 @@ def _section(title: str, path: Path) -> list[str]:
     return [f"## {title}", "", *text, ""]
 
 
-def _ctc_section(card_path: Path) -> list[str]:
-    """The CTC stage's held-out token error rate along the run, and what the adapter spells on held-out audio."""
-    if not card_path.is_file():
+def _held_out_section(training: Path) -> list[str]:
+    """The held-out utterances after the ctc and align stages: the CTC path's token error rate along the ctc run,
+    and what the frozen LLM writes when it reads them and is asked for the transcript."""
+    cards = {run: json.loads((training / f"{run}.json").read_text()) for run in ("sp-ctc", "sp-align")
+             if (training / f"{run}.json").is_file()}
+    cards = {run: card for run, card in cards.items() if "held_out_transcript_token_error_rate" in card}
+    if not cards:
         return []
-    card = json.loads(card_path.read_text())
-    points = [h for h in card.get("loss_history", []) if "held_out_token_error_rate" in h]
-    out = ["", f"### The CTC stage on its {card.get('held_out', 0)} held-out utterances", "",
-           "Token error rate (edits over reference tokens) of the adapter's best CTC path against the LLM's "
-           f"embeddings of {card.get('vocabulary', '?')} training tokens, along the run:", "",
-           "| step | train loss | held-out token error rate |", "|---:|---:|---:|",
-           *(f"| {h['step']} | {h['loss']} | {h['held_out_token_error_rate']:.3f} |" for h in points), ""]
-    for example in card.get("held_out_examples", []):
-        out += [f"- {example['reference']}  ", f"  -> {example['adapter_spells']}"]
+    held = next(iter(cards.values())).get("options", {}).get("held_out", "?")
+    out = ["", f"### Does the LLM understand the adapter? ({held} held-out spoken training-range utterances)", "",
+           "After each stage, the frozen LLM reads each held-out utterance whole and is asked for the English "
+           "transcript (greedy); token error rate = edits over reference tokens.", "",
+           "| after | LLM transcript token error rate |", "|---|---:|",
+           *(f"| {run} | {card['held_out_transcript_token_error_rate']:.3f} |" for run, card in cards.items()), ""]
+    ctc = cards.get("sp-ctc", {})
+    points = [h for h in ctc.get("loss_history", []) if "held_out_token_error_rate" in h]
+    if points:
+        out += [f"The ctc stage's own best CTC path (against the LLM's embeddings of {ctc.get('vocabulary', '?')} "
+                "training tokens), along its run:", "", "| step | train loss | CTC path token error rate |",
+                "|---:|---:|---:|", *(f"| {h['step']} | {h['loss']} | {h['held_out_token_error_rate']:.3f} |"
+                                      for h in points), ""]
+    for run, card in cards.items():
+        out += [f"Examples after {run}:", ""]
+        spelled = {e["reference"]: e["adapter_spells"] for e in card.get("held_out_examples", [])}
+        for example in card.get("held_out_transcripts", []):
+            out += [f"- {example['reference']}  ", f"  LLM: {example['llm_writes']}" + (
+                f"  \n  CTC path: {spelled[example['reference']]}" if example["reference"] in spelled else "")]
+        out.append("")
     return out
 
 
@@ -441,7 +459,7 @@ def write_page(plan: Plan) -> Path:
             loss = history[-1]["loss"] if history else card.get("fit", {}).get("train_loss")
             page.append(f"| {run} | {card.get('steps', '-')} | {loss if loss is not None else '-'} | "
                         f"{card.get('seconds', 0) / 60:.1f} | {card.get('cpu_seconds', 0) / 60:.1f} |")
-    page += _ctc_section(r / "training" / "sp-ctc.json")
+    page += _held_out_section(r / "training")
     page += ["", "## Commands, as run", ""]
     log = r / "stages.jsonl"
     for line in (log.read_text().splitlines() if log.is_file() else []):

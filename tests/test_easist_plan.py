@@ -143,26 +143,37 @@ def test_a_kept_result_names_its_input_data_with_relative_work_folders_too(tmp_p
 
 
 def test_a_ctc_stage_runs_before_align_and_hands_it_the_adapter(tmp_path):
-    """--ctc-steps N: a speech-ctc stage before speech-align, whose adapter align starts from; the page shows its
-    held-out token error rates. Without it (the default), align starts fresh as before."""
+    """--ctc-steps N: a speech-ctc stage before speech-align, whose adapter align starts from; --speech-held-out N
+    keeps utterances out of both, and the page shows what the LLM transcribes of them after each. Without them (the
+    defaults), align starts fresh on every utterance, as before."""
     easist = load_benchmark("easist")
     plain = _commands(easist, work=str(tmp_path))
-    assert "speech-ctc" not in plain and "--speech-adapter" not in plain["speech-align"]
-    names = [s.name for s in easist.stages(easist.Plan(work=str(tmp_path), ctc_steps=40, ctc_held_out=7))]
+    assert "speech-ctc" not in plain
+    assert "--speech-adapter" not in plain["speech-align"] and "--held-out" not in plain["speech-align"]
+    names = [s.name for s in easist.stages(easist.Plan(work=str(tmp_path), ctc_steps=40, speech_held_out=7))]
     assert names.index("speech-ctc") == names.index("speech-align") - 1
-    commands = _commands(easist, work=str(tmp_path), ctc_steps=40, ctc_held_out=7)
+    commands = _commands(easist, work=str(tmp_path), ctc_steps=40, speech_held_out=7)
     ctc, align = commands["speech-ctc"], commands["speech-align"]
     assert ctc[ctc.index("--recipe") + 1] == "speech-ctc" and ctc[ctc.index("--steps") + 1] == "40"
-    assert ctc[ctc.index("--held-out") + 1] == "7"
+    assert ctc[ctc.index("--held-out") + 1] == "7" and align[align.index("--held-out") + 1] == "7"
     assert align[align.index("--speech-adapter") + 1] == str(tmp_path / "sp-ctc" / "model")
+    assert "--held-out" not in commands["speech-simul"]
+
     results = tmp_path / "results"
     (results / "training").mkdir(parents=True)
     (results / "training" / "sp-ctc.json").write_text(json.dumps({
-        "steps": 40, "held_out": 7, "vocabulary": 99, "seconds": 60, "cpu_seconds": 120,
+        "steps": 40, "vocabulary": 99, "seconds": 60, "cpu_seconds": 120, "options": {"held_out": 7},
         "loss_history": [{"step": 20, "loss": 3.0, "held_out_token_error_rate": 0.8}, {"step": 21, "loss": 2.9},
                          {"step": 40, "loss": 2.0, "held_out_token_error_rate": 0.5}],
+        "held_out_transcript_token_error_rate": 0.9,
+        "held_out_transcripts": [{"reference": "A dog runs.", "llm_writes": "A cat."}],
         "held_out_examples": [{"reference": "A dog runs.", "adapter_spells": "A dog run"}]}))
+    (results / "training" / "sp-align.json").write_text(json.dumps({
+        "steps": 10, "seconds": 60, "cpu_seconds": 60, "options": {"held_out": 7},
+        "loss_history": [{"step": 10, "loss": 1.5}], "held_out_transcript_token_error_rate": 0.25,
+        "held_out_transcripts": [{"reference": "A dog runs.", "llm_writes": "A dog runs."}]}))
     page = easist.write_page(easist.Plan(results=str(results), ctc_steps=40)).read_text()
     assert "| sp-ctc | 40 | 2.0 | 1.0 | 2.0 |" in page
+    assert "7 held-out" in page and "| sp-ctc | 0.900 |" in page and "| sp-align | 0.250 |" in page
     assert "| 20 | 3.0 | 0.800 |" in page and "| 40 | 2.0 | 0.500 |" in page and "| 21 |" not in page
-    assert "-> A dog run" in page and "7 held-out utterances" in page
+    assert "LLM: A cat." in page and "CTC path: A dog run" in page and "LLM: A dog runs." in page

@@ -187,6 +187,12 @@ def test_the_ctc_stage_spells_the_transcript_cheaply_and_hands_its_adapter_to_al
     tok = parts["translator"].tokenizer
     assert card["vocabulary"] == len({t for s in SOURCES[:2] for t in tok(s, add_special_tokens=False)["input_ids"]})
     assert (tmp_path / "ctc" / "model" / SPEECH_FILE).is_file()
+    # the frozen LLM read the held-out utterance and wrote a transcript, scored against the real one
+    assert card["held_out_transcripts"][0]["reference"] == SOURCES[2]
+    written = card["held_out_transcripts"][0]["llm_writes"]
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    assert card["held_out_transcript_token_error_rate"] == pytest.approx(
+        token_error_rate([ids(SOURCES[2])], [ids(written)]), abs=1e-4)
 
     cut = train_speech(options(corpus, tmp_path / "cut", stage="ctc", steps=30, lr=2e-2, held_out=1,
                                max_minutes=1e-6), progress=False, **parts)
@@ -195,11 +201,11 @@ def test_the_ctc_stage_spells_the_transcript_cheaply_and_hands_its_adapter_to_al
                                    resume=True), progress=False, **parts)
     assert [h["loss"] for h in resumed["loss_history"]] == pytest.approx(losses, rel=1e-4)
 
-    align = train_speech(options(corpus, tmp_path / "align", speech_adapter=str(tmp_path / "ctc" / "model")),
-                         progress=False, **parts)
-    assert align["steps"] == 4
+    align = train_speech(options(corpus, tmp_path / "align", speech_adapter=str(tmp_path / "ctc" / "model"),
+                                 held_out=1), progress=False, **parts)
+    assert align["steps"] == 4 and align["utterances"] == 2 and "held_out_transcript_token_error_rate" in align
     with pytest.raises(SimulmtError, match="--held-out"):
-        options(corpus, tmp_path / "x", held_out=1)  # align takes no held-out utterances
+        options(corpus, tmp_path / "x", stage="simul", speech_adapter="A", held_out=1)  # ctc and align only
     with pytest.raises(SimulmtError, match="leaves no utterance"):
         train_speech(options(corpus, tmp_path / "y", stage="ctc", held_out=3), progress=False, **parts)
 

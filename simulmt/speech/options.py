@@ -54,7 +54,8 @@ class SpeechTrainOptions:
     resume: bool = field(default=False, metadata={"help": "continue the run in --output from its checkpoint"})
     limit: int | None = field(default=None, metadata={"help": "use only the first N utterances", "metavar": "N"})
     held_out: int = field(default=0, metadata={
-        "help": "ctc: the corpus's last N utterances are not trained on; their token error rate is reported",
+        "help": "ctc, align: the corpus's last N utterances are not trained on; the LLM's transcripts of them are "
+                "scored (token error rate)",
         "metavar": "N"})
     seed: int = field(default=0, metadata={"help": "seed of the batches, the chunk draws and the adapter's init"})
     source_lang: str = language_field("en", "source")
@@ -72,8 +73,8 @@ class SpeechTrainOptions:
         self.schedule  # parses --n-mix and --k-mix
         if min(self.steps, self.batch_size, self.save_steps) < 1 or self.lr <= 0:
             raise SimulmtError("--steps, --batch-size and --save-steps must be at least 1, --lr positive")
-        if self.held_out < 0 or (self.held_out and self.stage != "ctc"):
-            raise SimulmtError(f"--held-out N (at least 0) is for --stage ctc, got {self.held_out} with "
+        if self.held_out < 0 or (self.held_out and self.stage not in ("ctc", "align")):
+            raise SimulmtError(f"--held-out N (at least 0) is for --stage ctc and align, got {self.held_out} with "
                                f"--stage {self.stage}")
 
     @property

@@ -2,8 +2,11 @@
 policy head. (Stage one, the interleaved text format, is ``simulmt finetune --recipe interleaved``.)
 
 * ``ctc``  (optional, before align): the adapter alone against the LLM's token embeddings of the transcript, with
-  CTC (``simulmt.speech.ctc``): no LLM forward, about a tenth of an align step. ``--held-out N`` keeps the
-  corpus's last N utterances out of training and reports their token error rate.
+  CTC (``simulmt.speech.ctc``): no LLM forward, about a tenth of an align step.
+
+``--held-out N`` (ctc, align) keeps the corpus's last N utterances out of training; at the end the frozen LLM
+reads each whole and writes its transcript, scored by token error rate (ctc also scores its own best path along
+the run).
 * ``align``  (stage II): offline speech -> text. Every block is read, then the model writes the transcript
   (``--align-target transcript``: the prompt asks to "translate English into English") or the translation. Only
   the adapter trains; the LLM (with its interleaved LoRA adapter merged) is frozen, so the adapter learns to
@@ -150,12 +153,15 @@ def train_speech(options: SpeechTrainOptions, *, translator=None, encoder=None, 
         torch.manual_seed(options.seed)
         adapter = SpeechAdapter(SpeechAdapterConfig(encoder.config.d_model, llm_dim, options.adapter_hidden))
     items = load_items(options, encoder, extractor, progress)
+    if options.held_out >= len(items):
+        raise SimulmtError(f"--held-out {options.held_out} leaves no utterance to train on (the corpus has "
+                           f"{len(items)})")
+    held = items[len(items) - options.held_out:] if options.held_out else []
+    items = items[: len(items) - len(held)]
     layout = Interleaved()
-    if options.stage == "align" and options.align_target == "transcript":
-        fmt = with_interleaved_markers(build_format(translator.tokenizer, options.source_lang, options.source_lang),
-                                       translator.tokenizer)
-    else:
-        fmt = translator.fmt
+    transcript_fmt = with_interleaved_markers(
+        build_format(translator.tokenizer, options.source_lang, options.source_lang), translator.tokenizer)
+    fmt = transcript_fmt if options.stage == "align" and options.align_target == "transcript" else translator.fmt
     started, cpu_started = time.perf_counter(), time.process_time()
     card = {"stage": options.stage, "options": asdict(options), "utterances": len(items)}
     head = None
@@ -163,11 +169,13 @@ def train_speech(options: SpeechTrainOptions, *, translator=None, encoder=None, 
         fitted, head = _fit_policy(options, translator, adapter, items, layout, fmt)
         card.update(fitted)
     elif options.stage == "ctc":
-        card.update(_train_ctc(options, translator, adapter, items, progress))
+        card.update(_train_ctc(options, translator, adapter, items, held, progress))
     else:
         rng_loss = lambda item, rng: _loss(translator, adapter, item, layout, fmt, options, rng)  # noqa: E731
         translator.model.eval()
         card.update(_train_adapter(options, adapter, items, rng_loss, progress))
+    if held and not card.get("stopped_by_time_limit"):
+        card.update(_transcript_check(translator, transcript_fmt, adapter, held))
     card["seconds"] = round(time.perf_counter() - started, 1)
     card["cpu_seconds"] = round(time.process_time() - cpu_started, 1)
     if not card.get("stopped_by_time_limit"):
@@ -200,17 +208,12 @@ def _loss(translator, adapter, item: SpeechItem, layout, fmt, options, rng) -> t
     return torch.nn.functional.cross_entropy(logits.float(), labels[where], reduction="sum"), int(where.sum())
 
 
-def _train_ctc(options, translator, adapter, items, progress) -> dict:
+def _train_ctc(options, translator, adapter, train, held, progress) -> dict:
     """The ctc stage: the adapter and a CTC scorer over the training transcripts' tokens (simulmt.speech.ctc)."""
     from simulmt.speech.ctc import CTCScorer, token_error_rate
 
-    if options.held_out >= len(items):
-        raise SimulmtError(f"--held-out {options.held_out} leaves no utterance to train on (the corpus has "
-                           f"{len(items)})")
     tokenizer = translator.tokenizer
-    ids = {item.id: tokenizer(item.source, add_special_tokens=False)["input_ids"] for item in items}
-    train = items[: len(items) - options.held_out]
-    held = items[len(train):]
+    ids = {item.id: tokenizer(item.source, add_special_tokens=False)["input_ids"] for item in [*train, *held]}
     vocab = sorted({t for item in train for t in ids[item.id]})
     with torch.no_grad():  # the rows as the LLM sees them (Gemma scales its embeddings)
         rows = translator.model.get_input_embeddings()(torch.tensor(vocab)).float()
@@ -236,6 +239,32 @@ def _train_ctc(options, translator, adapter, items, progress) -> dict:
                  "adapter_spells": tokenizer.decode(scorer.greedy(torch.cat([adapter(b) for b in item.blocks])))}
                 for item in held[:5]]
     return card
+
+
+def _transcript_check(translator, fmt, adapter, held: list[SpeechItem], batch_size: int = 16) -> dict:
+    """What the frozen LLM writes after reading each held-out utterance whole, asked for the transcript (the align
+    stage's format, greedy): its token error rate against the real transcripts, and a few examples. This is the
+    question the align stage answers: does the LLM understand the adapter's embeddings?"""
+    from simulmt.core.engine import Engine, run_ordered
+    from simulmt.core.policies import make_policy
+    from simulmt.core.session import DecodeConfig
+    from simulmt.core.stream import Stream
+    from simulmt.speech.ctc import token_error_rate
+
+    def streams():
+        for item in held:
+            stream = Stream(translator.tokenizer, fmt, Interleaved(), make_policy("offline"), translator.vocabulary,
+                            DecodeConfig(), model_name=translator.name, max_positions=translator.runner.max_positions)
+            with torch.no_grad():
+                stream.push_embedded([adapter(b).float() for b in item.blocks], finished=True)
+            yield stream
+
+    written = [s.result().prediction for s in run_ordered(streams(), Engine(translator.runner), batch_size)]
+    ids = lambda text: translator.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    rate = token_error_rate([ids(item.source) for item in held], [ids(text) for text in written])
+    return {"held_out_transcript_token_error_rate": round(rate, 4),
+            "held_out_transcripts": [{"reference": item.source, "llm_writes": text}
+                                     for item, text in zip(held[:5], written)]}
 
 
 def _train_adapter(options, adapter, items, loss_of, progress, extra: torch.nn.Module | None = None,
