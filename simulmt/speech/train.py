@@ -3,10 +3,6 @@ policy head. (Stage one, the interleaved text format, is ``simulmt finetune --re
 
 * ``ctc``  (optional, before align): the adapter alone against the LLM's token embeddings of the transcript, with
   CTC (``simulmt.speech.ctc``): no LLM forward, about a tenth of an align step.
-
-``--held-out N`` (ctc, align) keeps the corpus's last N utterances out of training; at the end the frozen LLM
-reads each whole and writes its transcript, scored by token error rate (ctc also scores its own best path along
-the run).
 * ``align``  (stage II): offline speech -> text. Every block is read, then the model writes the transcript
   (``--align-target transcript``: the prompt asks to "translate English into English") or the translation. Only
   the adapter trains; the LLM (with its interleaved LoRA adapter merged) is frozen, so the adapter learns to
@@ -18,6 +14,10 @@ the run).
 * ``policy``: the READ/WRITE head on the hidden states after each block (``simulmt.finetune.policy_head``),
   labelled by the same chunk schedule, or (``--head-labels oracle``) by the model itself: write a word after the
   first block from which the model predicts it right (``simulmt.finetune.oracle``).
+
+``--held-out N`` (ctc, align) keeps the corpus's last N utterances out of training; at the end the frozen LLM
+reads each whole and writes its transcript, scored by token error rate (ctc also scores its own best path along
+the run).
 
 Training and streaming see the same inputs: a corpus utterance is encoded with ``encode_utterance`` (the blocks
 streaming emits), the adapter maps each block alone, and the layout places the embeddings as streaming does
