@@ -1,11 +1,12 @@
 """Copy a trained speech model (``simulmt finetune --recipe speech-policy``'s OUT/model) into the package.
 
-    python scripts/ship_speech_model.py RUN_DIR LLM_ADAPTER_NAME [--stage-runs ALIGN_DIR SIMUL_DIR]
+    python scripts/ship_speech_model.py RUN_DIR LLM_ADAPTER_NAME [--stage-runs ALIGN_DIR SIMUL_DIR] [--ctc-run DIR]
 
 Writes ``simulmt/speech/models/gemma-3-270m-easist-en-de/``: ``speech.json`` naming the packaged LLM and the shipped
 LLM adapter (``LLM_ADAPTER_NAME``, a key of ``simulmt.adapters.SHIPPED``) instead of the run's paths, the speech
 adapter (weights in bfloat16: half the size; cast back to float32 on load), the policy head, and each stage's
-``training.json`` (``training-align.json``, ``training-simul.json``, ``training-policy.json``). The data card
+``training.json`` (``training-ctc.json`` when a ctc stage ran, ``training-align.json``, ``training-simul.json``,
+``training-policy.json``). The data card
 ``README.md`` is written by hand from those records and the evaluation runs.
 """
 
@@ -49,6 +50,8 @@ if __name__ == "__main__":
     parser.add_argument("llm_adapter", help="the shipped LLM adapter the speech model runs on")
     parser.add_argument("--stage-runs", nargs=2, type=Path, metavar=("ALIGN_DIR", "SIMUL_DIR"),
                         help="the align and simul runs, whose training.json records are copied too")
+    parser.add_argument("--ctc-run", type=Path, metavar="DIR", help="the ctc run before align, if one ran")
     args = parser.parse_args()
-    stages = dict(zip(("align", "simul"), args.stage_runs)) if args.stage_runs else {}
+    stages = {"ctc": args.ctc_run} if args.ctc_run else {}
+    stages.update(dict(zip(("align", "simul"), args.stage_runs)) if args.stage_runs else {})
     print(ship(args.run, args.llm_adapter, stages))
