@@ -6,8 +6,8 @@ Writes ``simulmt/speech/models/gemma-3-270m-easist-en-de/``: ``speech.json`` nam
 LLM adapter (``LLM_ADAPTER_NAME``, a key of ``simulmt.adapters.SHIPPED``) instead of the run's paths, the speech
 adapter (weights in bfloat16: half the size; cast back to float32 on load), the policy head, and each stage's
 ``training.json`` (``training-ctc.json`` when a ctc stage ran, ``training-align.json``, ``training-simul.json``,
-``training-policy.json``). The data card
-``README.md`` is written by hand from those records and the evaluation runs.
+``training-policy.json``). The data card ``README.md`` is written by hand from those records and the evaluation
+runs.
 """
 
 from __future__ import annotations

@@ -85,11 +85,12 @@ class Translator:
 
     def new_stream(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = 3,
                    n: int = 3, tau: float = 0.5, slot: int = 16, phi: int = 256, config: DecodeConfig | None = None,
-                   sampler: Sampler | None = None, record: bool = False) -> Stream:
-        """A model-free stream for an ``Engine`` (many streams, one model): push words, let the engine run it."""
+                   sampler: Sampler | None = None, record: bool = False, fmt: PromptFormat | None = None) -> Stream:
+        """A model-free stream for an ``Engine`` (many streams, one model): push words, let the engine run it.
+        ``fmt``: another prompt format than the translator's (the speech align stage's transcript prompt)."""
         layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
         policy = self.make_policy(policy, k, n, tau)
-        return Stream(self.tokenizer, self.fmt, layout, policy, self.vocabulary, config or DecodeConfig(),
+        return Stream(self.tokenizer, fmt or self.fmt, layout, policy, self.vocabulary, config or DecodeConfig(),
                       sampler=sampler, record=record, model_name=self.name, max_positions=self.runner.max_positions)
 
     def translate_many(self, sources: Iterable[str], layout: str | Layout = "expost",

@@ -148,7 +148,9 @@ def test_the_speech_stages_are_finetune_recipes(monkeypatch, tmp_path, capsys):
     assert cli.main(["finetune", "--corpus", m, "--recipe=speech-simul", "--speech-adapter", "A"]) == 0
     assert cli.main(["finetune", "--recipe", "speech-policy", "--corpus", m, "--speech-adapter", "A",
                      "--head-labels", "oracle"]) == 0
-    assert [(o.stage, o.corpus) for o in seen] == [("align", m), ("simul", m), ("policy", m)]
+    assert cli.main(["finetune", "--recipe", "speech-ctc", "--corpus", m, "--held-out", "5"]) == 0
+    assert [(o.stage, o.corpus) for o in seen] == [("align", m), ("simul", m), ("policy", m), ("ctc", m)]
+    assert seen[3].held_out == 5
     assert seen[0].steps == 7 and seen[1].speech_adapter == "A" and seen[2].head_labels == "oracle"
     capsys.readouterr()
     assert cli.main(["finetune", "--recipe", "speech-simul", "--corpus", m]) == 2  # simul needs --speech-adapter

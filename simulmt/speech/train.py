@@ -171,9 +171,9 @@ def train_speech(options: SpeechTrainOptions, *, translator=None, encoder=None, 
     elif options.stage == "ctc":
         card.update(_train_ctc(options, translator, adapter, items, held, progress))
     else:
-        rng_loss = lambda item, rng: _loss(translator, adapter, item, layout, fmt, options, rng)  # noqa: E731
+        loss_of = lambda item, rng: _loss(translator, adapter, item, layout, fmt, options, rng)  # noqa: E731
         translator.model.eval()
-        card.update(_train_adapter(options, adapter, items, rng_loss, progress))
+        card.update(_train_adapter(options, adapter, items, loss_of, progress))
     if held and not card.get("stopped_by_time_limit"):
         card.update(_transcript_check(translator, transcript_fmt, adapter, held))
     card["seconds"] = round(time.perf_counter() - started, 1)
@@ -223,21 +223,20 @@ def _train_ctc(options, translator, adapter, train, held, progress) -> dict:
         embeddings = torch.cat([adapter(b) for b in item.blocks])
         return scorer.loss(embeddings, ids[item.id]), len(ids[item.id])
 
+    spelled: list[list[int]] = []  # the held-out best paths of the last evaluation (the run's end)
+
     def evaluate() -> dict:
         if not held:
             return {}
         with torch.no_grad():
-            hyps = [scorer.greedy(torch.cat([adapter(b) for b in item.blocks])) for item in held]
-        return {"held_out_token_error_rate": round(token_error_rate([ids[i.id] for i in held], hyps), 4)}
+            spelled[:] = [scorer.greedy(torch.cat([adapter(b) for b in item.blocks])) for item in held]
+        return {"held_out_token_error_rate": round(token_error_rate([ids[i.id] for i in held], spelled), 4)}
 
     card = _train_adapter(options, adapter, train, loss, progress, extra=scorer, evaluate=evaluate)
     card.update({"vocabulary": len(vocab), "held_out": len(held)})
-    if held:
-        with torch.no_grad():
-            card["held_out_examples"] = [
-                {"reference": item.source,
-                 "adapter_spells": tokenizer.decode(scorer.greedy(torch.cat([adapter(b) for b in item.blocks])))}
-                for item in held[:5]]
+    if held and not card["stopped_by_time_limit"]:
+        card["held_out_examples"] = [{"reference": item.source, "adapter_spells": tokenizer.decode(path)}
+                                     for item, path in zip(held[:5], spelled)]
     return card
 
 
@@ -246,15 +245,11 @@ def _transcript_check(translator, fmt, adapter, held: list[SpeechItem], batch_si
     stage's format, greedy): its token error rate against the real transcripts, and a few examples. This is the
     question the align stage answers: does the LLM understand the adapter's embeddings?"""
     from simulmt.core.engine import Engine, run_ordered
-    from simulmt.core.policies import make_policy
-    from simulmt.core.session import DecodeConfig
-    from simulmt.core.stream import Stream
     from simulmt.speech.ctc import token_error_rate
 
     def streams():
         for item in held:
-            stream = Stream(translator.tokenizer, fmt, Interleaved(), make_policy("offline"), translator.vocabulary,
-                            DecodeConfig(), model_name=translator.name, max_positions=translator.runner.max_positions)
+            stream = translator.new_stream(Interleaved(), "offline", fmt=fmt)
             with torch.no_grad():
                 stream.push_embedded([adapter(b).float() for b in item.blocks], finished=True)
             yield stream
