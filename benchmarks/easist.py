@@ -88,6 +88,9 @@ class Plan:
     ctc_steps: int = 0
     # the spoken corpus's last N utterances: not trained on by ctc and align, whose transcripts of them are scored
     speech_held_out: int = 0
+    # train the speech encoder's top N layers with the adapter in ctc, align and simul (0: frozen, as sessions 12-13)
+    speech_encoder_layers: int = 0
+    speech_encoder_lr: float = 2e-4
     align_steps: int = 300
     simul_steps: int = 200
     policy_utterances: int = 300
@@ -95,6 +98,7 @@ class Plan:
     eval_batch: int = 32
     threads: int = 2
     max_minutes: float | None = None
+    stop_before: str = ""  # a stage's name: run the stages before it, not it or any after it ("": all)
     report_only: bool = False
 
 
@@ -199,20 +203,22 @@ def stages(plan: Plan) -> list[Stage]:
             *synth, str(d / "speech-test.en"), str(d / "speech-test.de"), str(w / "speech-test"), "--seed", "1"]),
     ]
     held_out = ["--held-out", str(plan.speech_held_out)] if plan.speech_held_out else []
+    tune = (["--encoder-layers", str(plan.speech_encoder_layers), "--encoder-lr", str(plan.speech_encoder_lr)]
+            if plan.speech_encoder_layers else [])
     if plan.ctc_steps:
         out.append(Stage("speech-ctc", w / "sp-ctc" / "model" / "speech.json", [
             *cli, "finetune", "--recipe", "speech-ctc", *speech, "--steps", str(plan.ctc_steps), "--batch-size", "8",
-            "--lr", "1e-3", *held_out, "--save-steps", "50", "--output", str(w / "sp-ctc")],
+            "--lr", "1e-3", *held_out, *tune, "--save-steps", "50", "--output", str(w / "sp-ctc")],
             resumable=w / "sp-ctc" / "checkpoint.pt", timed=True, keep=("sp-ctc/model", "sp-ctc/training.json")))
     from_ctc = ["--speech-adapter", str(w / "sp-ctc" / "model")] if plan.ctc_steps else []
     out += [
         Stage("speech-align", w / "sp-align" / "model" / "speech.json", [
-            *cli, "finetune", "--recipe", "speech-align", *speech, *from_ctc, *held_out, "--steps",
+            *cli, "finetune", "--recipe", "speech-align", *speech, *from_ctc, *held_out, *tune, "--steps",
             str(plan.align_steps), "--batch-size", "8", "--lr", "1e-3", "--save-steps", "10", "--output", str(w / "sp-align")],
             resumable=w / "sp-align" / "checkpoint.pt", timed=True, keep=("sp-align/model", "sp-align/training.json")),
         Stage("speech-simul", w / "sp-simul" / "model" / "speech.json", [
             *cli, "finetune", "--recipe", "speech-simul", *speech, "--speech-adapter", str(w / "sp-align" / "model"),
-            "--n-mix", plan.n_mix, *wait_k, "--steps", str(plan.simul_steps), "--batch-size", "8",
+            "--n-mix", plan.n_mix, *wait_k, *tune, "--steps", str(plan.simul_steps), "--batch-size", "8",
             "--lr", "5e-4", "--save-steps", "10", "--output", str(w / "sp-simul")],
             resumable=w / "sp-simul" / "checkpoint.pt", timed=True, keep=("sp-simul/model", "sp-simul/training.json")),
         Stage("speech-policy", w / "sp-policy" / "model" / "speech.json", [
@@ -240,6 +246,17 @@ def stages(plan: Plan) -> list[Stage]:
             *cli, "evaluate", *text_eval, "--adapter", plan.compare_adapter, "--output", str(w / "eval-text-before")],
             keep=("eval-text-before",)))
     return out
+
+
+def planned(plan: Plan) -> list[Stage]:
+    """The stages this run may start: all, or those before ``--stop-before``."""
+    out = stages(plan)
+    if not plan.stop_before:
+        return out
+    names = [s.name for s in out]
+    if plan.stop_before not in names:
+        raise SystemExit(f"--stop-before {plan.stop_before!r}: not a stage of this plan ({', '.join(names)})")
+    return out[: names.index(plan.stop_before)]
 
 
 def run_stage(plan: Plan, stage: Stage, deadline: float | None) -> bool:
@@ -487,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         restored = restore(plan)
         if restored:
             say(f"restored from {Path(plan.results) / 'kept'}: {', '.join(restored)}")
-        for stage in stages(plan):
+        for stage in planned(plan):
             if stage.finished:
                 if not _kept(plan, stage):
                     keep(plan, stage)  # a stage finished before results were kept

@@ -4,7 +4,8 @@
 
 Writes ``simulmt/speech/models/gemma-3-270m-easist-en-de/``: ``speech.json`` naming the packaged LLM and the shipped
 LLM adapter (``LLM_ADAPTER_NAME``, a key of ``simulmt.adapters.SHIPPED``) instead of the run's paths, the speech
-adapter (weights in bfloat16: half the size; cast back to float32 on load), the policy head, and each stage's
+adapter (weights in bfloat16: half the size; cast back to float32 on load), the encoder's trained layers if any (in
+float32: they are the encoder's own weights, kept exact), the policy head, and each stage's
 ``training.json`` (``training-ctc.json`` when a ctc stage ran, ``training-align.json``, ``training-simul.json``,
 ``training-policy.json``). The data card ``README.md`` is written by hand from those records and the evaluation
 runs.
@@ -20,6 +21,7 @@ from pathlib import Path
 from simulmt.adapters import SHIPPED, save_bfloat16_weights
 from simulmt.core.learned_policy import HEAD_FILE
 from simulmt.speech.adapter import ADAPTER_FILE, CONFIG_FILE
+from simulmt.speech.encoder_top import ENCODER_CONFIG, ENCODER_FILE
 from simulmt.speech.model import SHIPPED_SPEECH_MODEL, SPEECH_FILE
 
 
@@ -36,8 +38,9 @@ def ship(run: Path, llm_adapter: str, stage_runs: dict[str, Path]) -> Path:
     (target / SPEECH_FILE).write_text(json.dumps(card, indent=2) + "\n")
     shutil.copyfile(model / CONFIG_FILE, target / CONFIG_FILE)
     save_bfloat16_weights(model / ADAPTER_FILE, target / ADAPTER_FILE)
-    if (model / HEAD_FILE).is_file():
-        shutil.copyfile(model / HEAD_FILE, target / HEAD_FILE)
+    for name in (HEAD_FILE, ENCODER_FILE, ENCODER_CONFIG):
+        if (model / name).is_file():
+            shutil.copyfile(model / name, target / name)
     for stage, directory in {**stage_runs, "policy": run}.items():
         if (directory / "training.json").is_file():
             shutil.copyfile(directory / "training.json", target / f"training-{stage}.json")

@@ -158,6 +158,16 @@ def test_a_ctc_stage_runs_before_align_and_hands_it_the_adapter(tmp_path):
     assert ctc[ctc.index("--held-out") + 1] == "7" and align[align.index("--held-out") + 1] == "7"
     assert align[align.index("--speech-adapter") + 1] == str(tmp_path / "sp-ctc" / "model")
     assert "--held-out" not in commands["speech-simul"]
+    assert all("--encoder-layers" not in c for c in plain.values())  # the encoder frozen unless asked
+    tuned = _commands(easist, work=str(tmp_path), ctc_steps=40, speech_encoder_layers=2)
+    for name in ("speech-ctc", "speech-align", "speech-simul"):
+        c = tuned[name]
+        assert c[c.index("--encoder-layers") + 1] == "2" and c[c.index("--encoder-lr") + 1] == "0.0002"
+    assert "--encoder-layers" not in tuned["speech-policy"]
+    stop = [s.name for s in easist.planned(easist.Plan(work=str(tmp_path), ctc_steps=40, stop_before="speech-simul"))]
+    assert stop[-2:] == ["speech-ctc", "speech-align"]  # --stop-before: the stages before it, no more
+    with pytest.raises(SystemExit, match="not a stage"):
+        easist.planned(easist.Plan(work=str(tmp_path), stop_before="speech-ctc"))  # no ctc stage without --ctc-steps
 
     results = tmp_path / "results"
     (results / "training").mkdir(parents=True)

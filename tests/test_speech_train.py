@@ -220,3 +220,57 @@ def test_the_ctc_stage_spells_the_transcript_cheaply_and_hands_its_adapter_to_al
         scorer.scale.fill_(10.0)
         frames = torch.tensor([[0, 1, 0], [0, 1, 0], [-1, -1, -1], [0, 0, 1], [0, 1, 0]], dtype=torch.float)
     assert scorer.greedy(frames) == [7, 9, 7]  # repeats merged, the blank frame dropped
+
+
+def test_the_encoders_top_layers_train_with_the_adapter_and_travel_with_the_model(corpus, parts, tmp_path):
+    """``--encoder-layers 1``: the state below the encoder's last layer is cached per window, the last layer
+    trains with the adapter (the caller's encoder untouched), a cut run resumes to the same losses, the model folder
+    keeps the trained layer, and what it streams is what training computed; a later stage keeps it."""
+    import copy
+
+    from simulmt.speech.encoder_top import ENCODER_FILE, EncoderTop, apply_tuned, tuned_first_layer
+    from simulmt.speech.streaming_encoder import encode_utterance
+    from simulmt.speech.synth import read_manifest
+    from simulmt.speech.train import item_blocks, load_items
+
+    torch.manual_seed(3)
+    base = WhisperEncoder(WhisperConfig(d_model=16, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=32,
+                                        num_mel_bins=80, max_source_positions=1500)).eval()
+    before = copy.deepcopy(base.state_dict())
+    run = dict(translator=parts["translator"], encoder=base, extractor=parts["extractor"])
+    kw = dict(encoder_layers=1, encoder_lr=5e-3, steps=6, held_out=1)
+    card = train_speech(options(corpus, tmp_path / "align", **kw), progress=False, **run)
+    losses = [h["loss"] for h in card["loss_history"]]
+    assert card["steps"] == 6 and losses[-1] < losses[0] and "held_out_transcript_token_error_rate" in card
+    assert all(torch.equal(v, base.state_dict()[k]) for k, v in before.items())  # the caller's encoder
+    assert [p.name for p in (tmp_path / "align" / "blocks").iterdir()] == ["tiny.en-320-640-below1"]
+    model = tmp_path / "align" / "model"
+    assert (model / ENCODER_FILE).is_file() and tuned_first_layer(model) == 1
+
+    tuned = copy.deepcopy(base)
+    apply_tuned(tuned, model)
+    assert not torch.equal(tuned.layers[1].fc1.weight, base.layers[1].fc1.weight)
+    assert torch.equal(tuned.layers[0].fc1.weight, base.layers[0].fc1.weight)  # below the trained layer: frozen
+    opts = options(corpus, tmp_path / "align", **kw)
+    items = load_items(opts, base, parts["extractor"], until_layer=1)  # from the cache
+    config = StreamingEncoderConfig(320, 640)
+    with torch.no_grad():
+        trained = item_blocks(items[0], EncoderTop(tuned, 1))
+    streamed = encode_utterance(read_manifest(corpus)[0].read_audio(), config, tuned, parts["extractor"])
+    assert all(torch.equal(a, b) for a, b in zip(trained, streamed, strict=True))
+
+    cut = train_speech(options(corpus, tmp_path / "cut", max_minutes=1e-6, **kw), progress=False, **run)
+    assert cut["stopped_by_time_limit"] and cut["steps"] == 1
+    resumed = train_speech(options(corpus, tmp_path / "cut", resume=True, **kw), progress=False, **run)
+    assert [h["loss"] for h in resumed["loss_history"]] == pytest.approx(losses, rel=1e-4)
+
+    simul = train_speech(options(corpus, tmp_path / "simul", stage="simul", speech_adapter=str(model)),
+                         progress=False, **run)  # the encoder frozen now, as align left it
+    assert simul["steps"] == 4 and tuned_first_layer(tmp_path / "simul" / "model") == 1
+    (cache,) = (tmp_path / "simul" / "blocks").iterdir()
+    assert cache.name.startswith("tiny.en-320-640-") and "below" not in cache.name  # named by the tuned weights
+    assert (tmp_path / "simul" / "model" / ENCODER_FILE).read_bytes() == (model / ENCODER_FILE).read_bytes()
+    with pytest.raises(SimulmtError, match="has 2 layers"):
+        train_speech(options(corpus, tmp_path / "z", encoder_layers=3), progress=False, **run)
+    with pytest.raises(SimulmtError, match="--encoder-layers"):
+        options(corpus, tmp_path / "x", stage="policy", speech_adapter="A", encoder_layers=1)

@@ -9,7 +9,8 @@ block). A word's delay in ms is the audio time at which the last block read befo
 (``BlockSpan.available_ms``); the computation-aware delay adds the wall time spent so far (encoder, adapter, LLM).
 
 Loading: ``SpeechTranslator.load(folder)`` reads a speech model folder (``speech.json``: the LLM, its adapter,
-the speech encoder and the block configuration; the speech adapter's weights; the policy head, if any).
+the speech encoder and the block configuration; the speech adapter's weights; the encoder's trained top layers and
+the policy head, if any).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from simulmt.core.learned_policy import HEAD_FILE, PolicyHead
 from simulmt.core.session import StreamingSession, Translation, WrittenWord
 from simulmt.errors import SimulmtError
 from simulmt.speech.adapter import SpeechAdapter
+from simulmt.speech.encoder_top import apply_tuned
 from simulmt.speech.streaming_encoder import (EncodedBlock, StreamingEncoder, StreamingEncoderConfig,
                                               encode_utterance, utterance_spans)
 
@@ -105,6 +107,7 @@ class SpeechTranslator:
         translator = Translator.load(model, adapter=_adapter_of(folder, card.adapter), source_lang=card.source_lang,
                                      target_lang=card.target_lang, **load_kwargs)
         encoder, extractor = whisper_encoder(card.encoder)
+        apply_tuned(encoder, folder)  # the encoder layers trained with the adapter, if any
         if (folder / HEAD_FILE).is_file():  # the speech policy head (trained on blocks) replaces a text one
             translator.policy_head = PolicyHead.load(folder)
         return cls(translator, encoder, extractor, SpeechAdapter.load(folder), card.stream_config)

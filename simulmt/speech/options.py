@@ -45,6 +45,11 @@ class SpeechTrainOptions:
                 "a word after the first block from which the model predicts it right; simulmt/finetune/oracle.py)",
         "choices": ("schedule", "oracle")})
     adapter_hidden: int = field(default=1024, metadata={"help": "channels of the speech adapter's convolutions"})
+    encoder_layers: int = field(default=0, metadata={
+        "help": "ctc, align, simul: also train the speech encoder's top N layers and its final norm, as EASiST trains "
+                "its encoder (0: the encoder stays frozen); the state below them is cached per block window",
+        "metavar": "N"})
+    encoder_lr: float = field(default=1e-4, metadata={"help": "peak learning rate of the encoder's trained layers"})
     steps: int = field(default=200, metadata={"help": "optimizer steps (align, simul)"})
     batch_size: int = field(default=8, metadata={"help": "utterances per step"})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (warmup a tenth, then cosine)"})
@@ -73,6 +78,10 @@ class SpeechTrainOptions:
         self.schedule  # parses --n-mix and --k-mix
         if min(self.steps, self.batch_size, self.save_steps) < 1 or self.lr <= 0:
             raise SimulmtError("--steps, --batch-size and --save-steps must be at least 1, --lr positive")
+        if self.encoder_layers < 0 or (self.encoder_layers and self.stage == "policy") or self.encoder_lr <= 0:
+            raise SimulmtError(f"--encoder-layers N (at least 0) is for --stage ctc, align and simul, and "
+                               f"--encoder-lr must be positive; got {self.encoder_layers} with --stage {self.stage} "
+                               f"and {self.encoder_lr}")
         if self.held_out < 0 or (self.held_out and self.stage not in ("ctc", "align")):
             raise SimulmtError(f"--held-out N (at least 0) is for --stage ctc and align, got {self.held_out} with "
                                f"--stage {self.stage}")

@@ -68,7 +68,8 @@ Parity
 ------
 :func:`encode_utterance` (training) and :class:`StreamingEncoder` (inference) share :func:`block_span` (which
 frames a block covers and sees), :func:`encode_window` (the encoder on one window) and the feature code; they
-differ only in that the stream computes mel frames block by block and the utterance all at once. The blocks of a
+differ only in that the stream computes mel frames block by block and the utterance all at once.
+:func:`window_states` stops the same windows below a layer, for training the layers above. The blocks of a
 stream do not depend on how the audio was split into :meth:`~StreamingEncoder.push` pieces: features are
 computed when a block is due, for the frames it is the first to need, whatever arrived when.
 """
@@ -102,6 +103,7 @@ __all__ = [
     "encode_utterance",
     "encode_window",
     "utterance_spans",
+    "window_states",
     "window_position",
 ]
 
@@ -397,6 +399,21 @@ def encode_utterance(audio: np.ndarray, config: StreamingEncoderConfig, encoder:
     features = causal_log_mel(audio, extractor, sample_rate)  # (n_mels, frames)
     spans = utterance_spans(config, len(audio), encoder.config.max_source_positions)
     return [encode_window(encoder, features[:, span.window_start:span.window_end], span) for span in spans]
+
+
+def window_states(audio: np.ndarray, config: StreamingEncoderConfig, encoder: WhisperEncoder,
+                  extractor: WhisperFeatureExtractor, until_layer: int, sample_rate: int = SAMPLE_RATE
+                  ) -> list[tuple[torch.Tensor, BlockSpan]]:
+    """Per block of ``audio``, the hidden state of its whole window entering encoder layer ``until_layer`` (window
+    frames / 2, d_model), with its span: what training the layers above needs (``simulmt.speech.encoder_top``).
+    Those layers and the final norm on it, kept to ``span.kept``, give the block :func:`encode_utterance` gives."""
+    _check_extractor(extractor, encoder)
+    _check_window(config, encoder)
+    features = causal_log_mel(audio, extractor, sample_rate)  # (n_mels, frames)
+    spans = utterance_spans(config, len(audio), encoder.config.max_source_positions)
+    with torch.no_grad():
+        return [(encode_frames(encoder, features[:, span.window_start:span.window_end], span.position,
+                               until_layer=until_layer)[0].clone(), span) for span in spans]
 
 
 # --------------------------------------------------------------------------- streaming

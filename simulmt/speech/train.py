@@ -15,6 +15,10 @@ policy head. (Stage one, the interleaved text format, is ``simulmt finetune --re
   labelled by the same chunk schedule, or (``--head-labels oracle``) by the model itself: write a word after the
   first block from which the model predicts it right (``simulmt.finetune.oracle``).
 
+``--encoder-layers N`` (ctc, align, simul) trains the speech encoder's top N layers with the adapter, as EASiST
+trains its encoder (``simulmt.speech.encoder_top``): the corpus then caches each block window's state below those
+layers instead of the blocks, and the speech model folder keeps the trained layers.
+
 ``--held-out N`` (ctc, align) keeps the corpus's last N utterances out of training; at the end the frozen LLM
 reads each whole and writes its transcript, scored by token error rate (ctc also scores its own best path along
 the run).
@@ -28,6 +32,7 @@ streaming emits), the adapter maps each block alone, and the layout places the e
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -49,13 +54,16 @@ from simulmt.errors import SimulmtError
 from simulmt.finetune.oracle import correct_matrix, oracle_delays
 from simulmt.finetune.schedules import Schedule
 from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
+from simulmt.speech.encoder_top import EncoderTop, apply_tuned, tuned_first_layer
 from simulmt.speech.model import SPEECH_FILE, SpeechModelCard
 from simulmt.speech.options import SpeechTrainOptions
-from simulmt.speech.streaming_encoder import StreamingEncoderConfig, encode_utterance, utterance_spans
+from simulmt.speech.streaming_encoder import (StreamingEncoderConfig, encode_utterance, utterance_spans,
+                                              window_states)
 
 @dataclass
 class SpeechItem:
-    """One corpus utterance, encoded: encoder blocks, when each became available, the text and word times."""
+    """One corpus utterance, encoded: encoder blocks (or, when the encoder's top trains, each block's window state
+    below it and the block's frames in the window), when each became available, the text and word times."""
 
     id: str
     blocks: list[torch.Tensor]
@@ -63,11 +71,22 @@ class SpeechItem:
     source: str
     target: str
     word_end_ms: list[float]
+    windows: Path | None = None  # the cached window states, read when needed (a corpus's are many GB)
+
+
+def item_blocks(item: SpeechItem, top: EncoderTop | None) -> list[torch.Tensor]:
+    """The utterance's encoder blocks: cached, or the trained top layers run on the cached window states."""
+    if top is None:
+        return item.blocks
+    return [top(hidden, slice(*kept)) for hidden, kept in torch.load(item.windows)]
 
 
 # ---- data ------------------------------------------------------------------------------------------------------
-def load_items(options: SpeechTrainOptions, encoder, extractor, progress: bool = False) -> list[SpeechItem]:
-    """The corpus's utterances with their encoder blocks, computed once and cached under OUT/blocks."""
+def load_items(options: SpeechTrainOptions, encoder, extractor, progress: bool = False, until_layer: int | None = None,
+               tuned: str | None = None) -> list[SpeechItem]:
+    """The corpus's utterances with their encoder blocks, computed once and cached under OUT/blocks; with
+    ``until_layer``, each block's window state entering that layer instead (``window_states``). ``tuned``: the
+    digest of trained encoder weights in ``encoder`` (``encoder_top.apply_tuned``), which names the cache."""
     from simulmt.speech.synth import read_manifest
 
     config = StreamingEncoderConfig(options.block_ms, options.left_context_ms)
@@ -75,24 +94,33 @@ def load_items(options: SpeechTrainOptions, encoder, extractor, progress: bool =
     utterances = read_manifest(manifest)[: options.limit]
     if not utterances:
         raise SimulmtError(f"{manifest}: no utterances")
-    cache = Path(options.output) / "blocks" / f"{Path(options.encoder).name}-{config.block_ms}-{config.left_context_ms}"
+    name = f"{Path(options.encoder).name}-{config.block_ms}-{config.left_context_ms}"
+    name += ("" if until_layer is None else f"-below{until_layer}") + ("" if tuned is None else f"-{tuned}")
+    cache = Path(options.output) / "blocks" / name
     cache.mkdir(parents=True, exist_ok=True)
     items = []
     for u in tqdm(utterances, desc="speech: encoder blocks", unit="utt", disable=not progress):
         path = cache / f"{u.id}.pt"
-        if path.is_file():
-            blocks = torch.load(path)
+        if path.is_file() and until_layer is not None:
+            cached = torch.load(path, mmap=True)  # only counted here: read again when used
+        elif path.is_file():
+            cached = torch.load(path)
         else:
             audio = u.read_audio()
-            blocks = encode_utterance(audio, config, encoder, extractor)
-            torch.save(blocks, path.with_suffix(".tmp"))
+            if until_layer is None:
+                cached = encode_utterance(audio, config, encoder, extractor)
+            else:
+                cached = [(hidden, (span.kept.start, span.kept.stop))
+                          for hidden, span in window_states(audio, config, encoder, extractor, until_layer)]
+            torch.save(cached, path.with_suffix(".tmp"))
             path.with_suffix(".tmp").replace(path)
         n = int(round(u.duration_ms * 16))
         spans = utterance_spans(config, n)
-        if len(spans) != len(blocks):
-            raise SimulmtError(f"{path}: {len(blocks)} cached blocks, but the audio has {len(spans)}: delete the cache")
+        if len(spans) != len(cached):
+            raise SimulmtError(f"{path}: {len(cached)} cached blocks, but the audio has {len(spans)}: delete the cache")
+        blocks, windows = (cached, None) if until_layer is None else ([], path)
         items.append(SpeechItem(u.id, blocks, [s.available_ms for s in spans], u.source, u.target,
-                                [w.end_ms for w in u.words]))
+                                [w.end_ms for w in u.words], windows))
     return items
 
 
@@ -144,15 +172,26 @@ def train_speech(options: SpeechTrainOptions, *, translator=None, encoder=None, 
         from simulmt.speech.whisper_ct2 import whisper_encoder
 
         encoder, extractor = whisper_encoder(options.encoder)
-    for p in translator.model.parameters():
+    tuned_before = tuned_first_layer(options.speech_adapter)
+    if tuned_before is not None or options.encoder_layers:
+        encoder = copy.deepcopy(encoder)  # its weights change: never the caller's encoder
+    tuned = apply_tuned(encoder, options.speech_adapter) if tuned_before is not None else None
+    for p in [*translator.model.parameters(), *encoder.parameters()]:
         p.requires_grad_(False)
+    top = None
+    if options.encoder_layers:
+        if options.encoder_layers > len(encoder.layers):
+            raise SimulmtError(f"--encoder-layers {options.encoder_layers}: the speech encoder has "
+                               f"{len(encoder.layers)} layers")
+        top = EncoderTop(encoder, len(encoder.layers) - options.encoder_layers)
+        top.requires_grad_(True)
     llm_dim = translator.model.get_input_embeddings().weight.shape[1]
     if options.speech_adapter is not None:
         adapter = SpeechAdapter.load(options.speech_adapter)
     else:
         torch.manual_seed(options.seed)
         adapter = SpeechAdapter(SpeechAdapterConfig(encoder.config.d_model, llm_dim, options.adapter_hidden))
-    items = load_items(options, encoder, extractor, progress)
+    items = load_items(options, encoder, extractor, progress, None if top is None else top.first_layer, tuned)
     if options.held_out >= len(items):
         raise SimulmtError(f"--held-out {options.held_out} leaves no utterance to train on (the corpus has "
                            f"{len(items)})")
@@ -169,17 +208,18 @@ def train_speech(options: SpeechTrainOptions, *, translator=None, encoder=None, 
         fitted, head = _fit_policy(options, translator, adapter, items, layout, fmt)
         card.update(fitted)
     elif options.stage == "ctc":
-        card.update(_train_ctc(options, translator, adapter, items, held, progress))
+        card.update(_train_ctc(options, translator, adapter, top, items, held, progress))
     else:
-        loss_of = lambda item, rng: _loss(translator, adapter, item, layout, fmt, options, rng)  # noqa: E731
+        loss_of = lambda item, rng: _loss(translator, adapter, top, item, layout, fmt, options, rng)  # noqa: E731
         translator.model.eval()
-        card.update(_train_adapter(options, adapter, items, loss_of, progress))
+        card.update(_train_adapter(options, adapter, items, loss_of, progress, encoder_top=top))
     if held and not card.get("stopped_by_time_limit"):
-        card.update(_transcript_check(translator, transcript_fmt, adapter, held))
+        card.update(_transcript_check(translator, transcript_fmt, adapter, top, held))
     card["seconds"] = round(time.perf_counter() - started, 1)
     card["cpu_seconds"] = round(time.process_time() - cpu_started, 1)
     if not card.get("stopped_by_time_limit"):
-        _save_model(options, adapter, final, head)
+        firsts = [f for f in (tuned_before, None if top is None else top.first_layer) if f is not None]
+        _save_model(options, adapter, final, head, EncoderTop(encoder, min(firsts)) if firsts else None)
     (out / "training.json").write_text(json.dumps(card, indent=2) + "\n")
     return card
 
@@ -189,9 +229,9 @@ def _rows(ids: list[int], embeddings: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat(embeddings)[[embedding_row(i) for i in ids if i < 0]]
 
 
-def _loss(translator, adapter, item: SpeechItem, layout, fmt, options, rng) -> tuple[torch.Tensor, int]:
+def _loss(translator, adapter, top, item: SpeechItem, layout, fmt, options, rng) -> tuple[torch.Tensor, int]:
     """(summed cross-entropy of the labelled tokens, their number) of one utterance's sequence."""
-    embeddings = [adapter(b) for b in item.blocks]
+    embeddings = [adapter(b) for b in item_blocks(item, top)]
     text = item.source if options.stage == "align" and options.align_target == "transcript" else item.target
     units, words, delays = speech_example(item, embeddings, options.stage, options.schedule, rng, text)
     (example,) = build_examples(layout, fmt, translator.tokenizer, units, words, delays)
@@ -208,7 +248,7 @@ def _loss(translator, adapter, item: SpeechItem, layout, fmt, options, rng) -> t
     return torch.nn.functional.cross_entropy(logits.float(), labels[where], reduction="sum"), int(where.sum())
 
 
-def _train_ctc(options, translator, adapter, train, held, progress) -> dict:
+def _train_ctc(options, translator, adapter, top, train, held, progress) -> dict:
     """The ctc stage: the adapter and a CTC scorer over the training transcripts' tokens (simulmt.speech.ctc)."""
     from simulmt.speech.ctc import CTCScorer, token_error_rate
 
@@ -220,7 +260,7 @@ def _train_ctc(options, translator, adapter, train, held, progress) -> dict:
     scorer = CTCScorer(vocab, rows)
 
     def loss(item, rng):
-        embeddings = torch.cat([adapter(b) for b in item.blocks])
+        embeddings = torch.cat([adapter(b) for b in item_blocks(item, top)])
         return scorer.loss(embeddings, ids[item.id]), len(ids[item.id])
 
     spelled: list[list[int]] = []  # the held-out best paths of the last evaluation (the run's end)
@@ -229,10 +269,10 @@ def _train_ctc(options, translator, adapter, train, held, progress) -> dict:
         if not held:
             return {}
         with torch.no_grad():
-            spelled[:] = [scorer.greedy(torch.cat([adapter(b) for b in item.blocks])) for item in held]
+            spelled[:] = [scorer.greedy(torch.cat([adapter(b) for b in item_blocks(item, top)])) for item in held]
         return {"held_out_token_error_rate": round(token_error_rate([ids[i.id] for i in held], spelled), 4)}
 
-    card = _train_adapter(options, adapter, train, loss, progress, extra=scorer, evaluate=evaluate)
+    card = _train_adapter(options, adapter, train, loss, progress, extra=scorer, evaluate=evaluate, encoder_top=top)
     card.update({"vocabulary": len(vocab), "held_out": len(held)})
     if held and not card["stopped_by_time_limit"]:
         card["held_out_examples"] = [{"reference": item.source, "adapter_spells": tokenizer.decode(path)}
@@ -240,7 +280,7 @@ def _train_ctc(options, translator, adapter, train, held, progress) -> dict:
     return card
 
 
-def _transcript_check(translator, fmt, adapter, held: list[SpeechItem], batch_size: int = 16) -> dict:
+def _transcript_check(translator, fmt, adapter, top, held: list[SpeechItem], batch_size: int = 16) -> dict:
     """What the frozen LLM writes after reading each held-out utterance whole, asked for the transcript (the align
     stage's format, greedy): its token error rate against the real transcripts, and a few examples. This is the
     question the align stage answers: does the LLM understand the adapter's embeddings?"""
@@ -251,7 +291,7 @@ def _transcript_check(translator, fmt, adapter, held: list[SpeechItem], batch_si
         for item in held:
             stream = translator.new_stream(Interleaved(), "offline", fmt=fmt)
             with torch.no_grad():
-                stream.push_embedded([adapter(b).float() for b in item.blocks], finished=True)
+                stream.push_embedded([adapter(b).float() for b in item_blocks(item, top)], finished=True)
             yield stream
 
     written = [s.result().prediction for s in run_ordered(streams(), Engine(translator.runner), batch_size)]
@@ -263,22 +303,30 @@ def _transcript_check(translator, fmt, adapter, held: list[SpeechItem], batch_si
 
 
 def _train_adapter(options, adapter, items, loss_of, progress, extra: torch.nn.Module | None = None,
-                   evaluate=None) -> dict:
-    """The adapter's (and ``extra``'s parameters') optimisation loop: ``loss_of(item, rng)`` gives an utterance's
-    summed loss and its token count. Checkpoints every ``save_steps`` and at the time limit; ``evaluate()`` (a dict
-    of held-out figures) runs every tenth of the run and at its end, into the loss history."""
+                   evaluate=None, encoder_top: EncoderTop | None = None) -> dict:
+    """The adapter's (and ``extra``'s parameters', and ``encoder_top``'s at ``--encoder-lr``) optimisation loop:
+    ``loss_of(item, rng)`` gives an utterance's summed loss and its token count. Checkpoints every ``save_steps``
+    and at the time limit; ``evaluate()`` (a dict of held-out figures) runs every tenth of the run and at its end,
+    into the loss history."""
     out = Path(options.output)
     params = [*adapter.parameters(), *(extra.parameters() if extra is not None else [])]
-    opt = torch.optim.AdamW(params, lr=options.lr, weight_decay=0.01)
+    groups = [{"params": params, "peak_lr": options.lr}]
+    if encoder_top is not None:
+        groups.append({"params": list(encoder_top.parameters()), "peak_lr": options.encoder_lr})
+        params = [*params, *groups[-1]["params"]]
+    opt = torch.optim.AdamW(groups, lr=options.lr, weight_decay=0.01)
     step, history = 0, []
     checkpoint = out / "checkpoint.pt"
     if options.resume and checkpoint.is_file():
         state = torch.load(checkpoint, weights_only=False)
-        if state["options"] != {k: v for k, v in asdict(options).items() if k not in ("resume", "max_minutes")}:
+        saved = {**asdict(SpeechTrainOptions(corpus=options.corpus)), **state["options"]}  # older runs lack new options
+        if saved != {**asdict(options), "resume": saved["resume"], "max_minutes": saved["max_minutes"]}:
             raise SimulmtError("--resume with options that change the run: use the same options as the cut run")
         adapter.load_state_dict(state["adapter"])
         if extra is not None:
             extra.load_state_dict(state["extra"])
+        if encoder_top is not None:
+            encoder_top.load_state_dict(state["encoder_top"])
         opt.load_state_dict(state["optimizer"])
         step, history = state["step"], state["history"]
     warmup = max(1, options.steps // 10)
@@ -292,7 +340,7 @@ def _train_adapter(options, adapter, items, loss_of, progress, extra: torch.nn.M
         rng = random.Random(options.seed * 1_000_003 + step)  # the batch of step s does not depend on resuming
         batch = rng.sample(items, min(options.batch_size, len(items)))
         for group in opt.param_groups:
-            group["lr"] = options.lr * schedule(step)
+            group["lr"] = group["peak_lr"] * schedule(step)
         opt.zero_grad()
         total, count = 0.0, 0
         for item in batch:
@@ -318,6 +366,8 @@ def _train_adapter(options, adapter, items, loss_of, progress, extra: torch.nn.M
                      "adapter": adapter.state_dict(), "optimizer": opt.state_dict(), "step": step, "history": history}
             if extra is not None:
                 state["extra"] = extra.state_dict()
+            if encoder_top is not None:
+                state["encoder_top"] = encoder_top.state_dict()
             out.mkdir(parents=True, exist_ok=True)
             torch.save(state, out / "checkpoint.tmp")
             (out / "checkpoint.tmp").replace(checkpoint)
@@ -366,11 +416,14 @@ def _relative(name: str, folder: Path) -> str:
     return os.path.relpath(Path(name).resolve(), folder.resolve()) if Path(name).is_dir() else name
 
 
-def _save_model(options: SpeechTrainOptions, adapter: SpeechAdapter, final: Path, head: PolicyHead | None) -> None:
-    """The speech model folder: the adapter, speech.json, and the policy head (this stage's, or the one the
-    starting speech model had)."""
+def _save_model(options: SpeechTrainOptions, adapter: SpeechAdapter, final: Path, head: PolicyHead | None,
+                top: EncoderTop | None = None) -> None:
+    """The speech model folder: the adapter, speech.json, the encoder's trained layers (``top``: this stage's and
+    the starting model's), and the policy head (this stage's, or the one the starting speech model had)."""
     final.mkdir(parents=True, exist_ok=True)
     adapter.save(final)
+    if top is not None:
+        top.save(final)
     # folders relative to the speech model's own (it moves with a checkout or a copy); names stay names
     llm_adapter = None if options.adapter is None else _relative(options.adapter, final)
     model = _relative(options.model, final)

@@ -91,6 +91,7 @@ __all__ = [
     "PACKAGED_WHISPER",
     "Ct2Header",
     "encode_frames",
+    "encode_from_layer",
     "log_mel",
     "read_ct2",
     "whisper_encoder",
@@ -473,6 +474,7 @@ def encode_frames(
     features: torch.Tensor,
     position_offset: int = 0,
     attention_mask: torch.Tensor | None = None,
+    until_layer: int | None = None,
 ) -> torch.Tensor:
     """Run ``encoder`` on any number of log-mel frames; for exactly 3000 frames at offset 0 this is
     ``encoder(features).last_hidden_state``.
@@ -482,6 +484,10 @@ def encode_frames(
         index of ``features[..., 0]`` divided by 2). Positions must stay below ``max_source_positions`` (1500).
     attention_mask: passed to every layer's self-attention; (B, 1, T', T') additive float mask, 0 where a frame
         may attend, -inf (or dtype min) where not, the form all of transformers' attention backends take.
+    until_layer: stop before layer ``until_layer`` and return the hidden state that enters it (no final norm);
+        :func:`encode_from_layer` runs the rest, so ``encode_from_layer(encoder, encode_frames(.., until_layer=n),
+        n)`` is ``encode_frames(..)``, the same operations in the same order (training the top layers caches the
+        state below them).
     Returns (B, T', d_model) with T' = ceil(T / 2).
 
     For chunks of a longer input: both convolutions (kernel 3, padding 1) zero-pad at the chunk's edges, so the
@@ -499,6 +505,20 @@ def encode_frames(
                          f"{encoder.config.max_source_positions} positions (30 s)")
     x = x + encoder.embed_positions.weight[position_offset:end]  # (B, T', d)
     x = torch.nn.functional.dropout(x, p=encoder.dropout, training=encoder.training)
-    for layer in encoder.layers:
+    if until_layer is not None:
+        if not 0 <= until_layer <= len(encoder.layers):
+            raise ValueError(f"until_layer {until_layer}: the encoder has {len(encoder.layers)} layers")
+        for layer in encoder.layers[:until_layer]:
+            x = layer(x, attention_mask)  # (B, T', d)
+        return x
+    return encode_from_layer(encoder, x, 0, attention_mask)
+
+
+def encode_from_layer(encoder: WhisperEncoder, hidden: torch.Tensor, first_layer: int,
+                      attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The encoder's layers from ``first_layer`` on and its final norm, on the hidden state that enters that layer:
+    (B, T', d_model) -> (B, T', d_model)."""
+    x = hidden
+    for layer in encoder.layers[first_layer:]:
         x = layer(x, attention_mask)  # (B, T', d)
     return encoder.layer_norm(x)
