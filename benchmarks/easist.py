@@ -86,6 +86,7 @@ class Plan:
     # a cheap CTC stage before align (simulmt.speech.ctc; 0: none, as the session-12 runs): the adapter against the
     # LLM's token embeddings
     ctc_steps: int = 0
+    ctc_head: str = "tied"  # the ctc stage's scorer: the LLM's rows (tied, sessions 13-14) or a free layer
     # the spoken corpus's last N utterances: not trained on by ctc and align, whose transcripts of them are scored
     speech_held_out: int = 0
     # train the speech encoder's top N layers with the adapter in ctc, align and simul (0: frozen, as sessions 12-13)
@@ -208,7 +209,8 @@ def stages(plan: Plan) -> list[Stage]:
     if plan.ctc_steps:
         out.append(Stage("speech-ctc", w / "sp-ctc" / "model" / "speech.json", [
             *cli, "finetune", "--recipe", "speech-ctc", *speech, "--steps", str(plan.ctc_steps), "--batch-size", "8",
-            "--lr", "1e-3", *held_out, *tune, "--save-steps", "50", "--output", str(w / "sp-ctc")],
+            "--lr", "1e-3", "--ctc-head", plan.ctc_head, *held_out, *tune, "--save-steps", "50",
+            "--output", str(w / "sp-ctc")],
             resumable=w / "sp-ctc" / "checkpoint.pt", timed=True, keep=("sp-ctc/model", "sp-ctc/training.json")))
     from_ctc = ["--speech-adapter", str(w / "sp-ctc" / "model")] if plan.ctc_steps else []
     out += [

@@ -156,6 +156,9 @@ def test_a_ctc_stage_runs_before_align_and_hands_it_the_adapter(tmp_path):
     ctc, align = commands["speech-ctc"], commands["speech-align"]
     assert ctc[ctc.index("--recipe") + 1] == "speech-ctc" and ctc[ctc.index("--steps") + 1] == "40"
     assert ctc[ctc.index("--held-out") + 1] == "7" and align[align.index("--held-out") + 1] == "7"
+    assert ctc[ctc.index("--ctc-head") + 1] == "tied"
+    free = _commands(easist, work=str(tmp_path), ctc_steps=40, ctc_head="free")
+    assert free["speech-ctc"][free["speech-ctc"].index("--ctc-head") + 1] == "free"
     assert align[align.index("--speech-adapter") + 1] == str(tmp_path / "sp-ctc" / "model")
     assert "--held-out" not in commands["speech-simul"]
     assert all("--encoder-layers" not in c for c in plain.values())  # the encoder frozen unless asked

@@ -222,6 +222,39 @@ def test_the_ctc_stage_spells_the_transcript_cheaply_and_hands_its_adapter_to_al
     assert scorer.greedy(frames) == [7, 9, 7]  # repeats merged, the blank frame dropped
 
 
+def test_a_free_ctc_head_trains_resumes_and_leaves_only_the_adapter(corpus, parts, tmp_path):
+    """``--ctc-head free``: the adapter learns against a linear layer of its own instead of the LLM's rows (the rows
+    give only its size), a cut run resumes to the same losses (the free layer is in the checkpoint), the model
+    folder holds the adapter alone, and the option is refused outside the ctc stage."""
+    from simulmt.speech.ctc import CTCScorer
+
+    run = options(corpus, tmp_path / "free", stage="ctc", ctc_head="free", steps=30, lr=2e-2, held_out=1)
+    card = train_speech(run, progress=False, **parts)
+    losses = [h["loss"] for h in card["loss_history"]]
+    assert card["options"]["ctc_head"] == "free" and losses[-1] < 0.5 * losses[0]
+    tied = train_speech(options(corpus, tmp_path / "tied", stage="ctc", steps=30, lr=2e-2, held_out=1),
+                        progress=False, **parts)
+    assert [h["loss"] for h in tied["loss_history"]] != pytest.approx(losses)  # another scorer, other losses
+    state = torch.load(tmp_path / "free" / "checkpoint.pt", weights_only=False)
+    assert set(state["extra"]) == {"free.weight", "free.bias"}  # no LLM rows, no blank row, no scale
+    assert sorted(p.name for p in (tmp_path / "free" / "model").iterdir()) == sorted(
+        p.name for p in (tmp_path / "tied" / "model").iterdir())
+
+    cut = train_speech(options(corpus, tmp_path / "cut", stage="ctc", ctc_head="free", steps=30, lr=2e-2,
+                               held_out=1, max_minutes=1e-6), progress=False, **parts)
+    assert cut["stopped_by_time_limit"] and cut["steps"] == 1
+    resumed = train_speech(options(corpus, tmp_path / "cut", stage="ctc", ctc_head="free", steps=30, lr=2e-2,
+                                   held_out=1, resume=True), progress=False, **parts)
+    assert [h["loss"] for h in resumed["loss_history"]] == pytest.approx(losses, rel=1e-4)
+
+    with pytest.raises(SimulmtError, match="--ctc-head"):
+        options(corpus, tmp_path / "x", stage="align", ctc_head="free")
+    with pytest.raises(ValueError, match="unknown CTC head"):
+        CTCScorer([7], torch.eye(2)[1:], head="tide")
+    scorer = CTCScorer([7, 9], torch.zeros(2, 3), head="free")  # the rows' values do not matter, their size does
+    assert scorer(torch.randn(4, 3)).shape == (4, 3) and not hasattr(scorer, "rows")
+
+
 def test_the_encoders_top_layers_train_with_the_adapter_and_travel_with_the_model(corpus, parts, tmp_path):
     """``--encoder-layers 1``: the state below the encoder's last layer is cached per window, the last layer
     trains with the adapter (the caller's encoder untouched), a cut run resumes to the same losses, the model folder
