@@ -307,3 +307,28 @@ def test_the_encoders_top_layers_train_with_the_adapter_and_travel_with_the_mode
         train_speech(options(corpus, tmp_path / "z", encoder_layers=3), progress=False, **run)
     with pytest.raises(SimulmtError, match="--encoder-layers"):
         options(corpus, tmp_path / "x", stage="policy", speech_adapter="A", encoder_layers=1)
+
+
+def test_the_adapter_checks_read_a_runs_held_out_utterances(corpus, parts, tmp_path):
+    """benchmarks/speech_adapter_checks.py: the align loss with own, another's and no audio, and translations read
+    from text, from the transcript's embeddings and from a free ctc head's best path, on a run's held-out part."""
+    from helpers import load_benchmark
+
+    checks = load_benchmark("speech_adapter_checks")
+    ctc = options(corpus, tmp_path / "ctc", stage="ctc", ctc_head="free", steps=6, lr=2e-2, held_out=2)
+    train_speech(ctc, progress=False, **parts)
+    align = options(corpus, tmp_path / "align", speech_adapter=str(tmp_path / "ctc" / "model"), held_out=2)
+    train_speech(align, progress=False, **parts)
+
+    use = checks.audio_use(tmp_path / "align", **parts)
+    assert use["utterances"] == 2
+    losses = [use[f"loss_{name}_audio"] for name in ("own", "other", "none")]
+    assert all(loss > 0 for loss in losses) and len(set(losses)) == 3  # three different readings
+    for source in ("text", "oracle", "best-path"):
+        out = checks.translate(tmp_path / "ctc", source, **parts)
+        assert out["utterances"] == 2 and 0.0 <= out["bleu"] <= 100.0
+        assert [e["reference"] for e in out["examples"]] == TARGETS[1:]
+    with pytest.raises(SimulmtError, match="best-path"):
+        checks.translate(tmp_path / "align", "best-path", **parts)  # an align run has no ctc head
+    with pytest.raises(SimulmtError, match="align run"):
+        checks.audio_use(tmp_path / "ctc", **parts)
