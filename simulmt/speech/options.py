@@ -52,7 +52,7 @@ class SpeechTrainOptions:
     encoder_lr: float = field(default=1e-4, metadata={"help": "peak learning rate of the encoder's trained layers"})
     ctc_head: str = field(default="tied", metadata={
         "help": "ctc: score the adapter against the LLM's token embeddings (tied) or a linear layer of its own, thrown "
-                "away after the stage (free: learns far faster, docs/speech-ctc-probe.md)", "choices": ("tied", "free")})
+                "away after the stage (free: learns far faster, docs/speech-diagnosis.md)", "choices": ("tied", "free")})
     steps: int = field(default=200, metadata={"help": "optimizer steps (align, simul)"})
     batch_size: int = field(default=8, metadata={"help": "utterances per step"})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (warmup a tenth, then cosine)"})
