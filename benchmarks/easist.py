@@ -29,9 +29,9 @@ The data, fixed in advance (no choice is made on a test set):
   with ``--speech-first N``, Multi30k train lines N .. N + ``--speech-pairs`` - 1 (a corpus larger than the text stage's);
   the test set is Multi30k test2016's first ``--speech-test-lines`` lines spoken with another seed;
 * with ``--ctc-steps N``, a cheap CTC stage (``finetune --recipe speech-ctc``: the adapter against the LLM's token
-  embeddings, or with ``--ctc-head free`` a linear layer of its own; no LLM forward) starts the adapter before align; with ``--speech-held-out N``, the spoken corpus's
-  last N utterances are kept out of ctc and align, and the frozen LLM's transcripts of them after each stage are
-  scored (token error rate): does the LLM understand the adapter?
+  embeddings, or with ``--ctc-head free`` a linear layer of its own; no LLM forward) starts the adapter before align;
+  with ``--speech-held-out N``, the spoken corpus's last N utterances are kept out of ctc and align, and the frozen
+  LLM's transcripts of them after each stage are scored (token error rate): does the LLM understand the adapter?
 * scores: Multi30k test2016's first ``--test-lines`` lines (text), wait-k and the learned policy at every tau, the
   shipped interleaved adapter on the same lines for comparison, and the speech model on the spoken test lines,
   compared with text at the audio's word times (``benchmarks/speech_vs_text.py``).

@@ -100,6 +100,8 @@ def translate(run: Path, source: str, utterances: int = 200, batch_size: int = 1
     from simulmt.core.layouts import Interleaved
     from simulmt.speech.ctc import CTCScorer
 
+    if source not in ("text", "oracle", "best-path"):
+        raise SimulmtError(f"unknown --input {source!r}: text, oracle or best-path")
     options, translator, items, adapter = load_run(run, **parts)
     held = items[len(items) - options.held_out:][:utterances]
     tokenizer = translator.tokenizer
@@ -135,8 +137,6 @@ def translate(run: Path, source: str, utterances: int = 200, batch_size: int = 1
                 stream.push_embedded(units(item), finished=True)
             yield stream
 
-    if source not in ("text", "oracle", "best-path"):
-        raise SimulmtError(f"unknown --input {source!r}: text, oracle or best-path")
     written = [s.result().prediction for s in run_ordered(streams(), Engine(translator.runner), batch_size)]
     references = [item.target for item in held]
     return {"run": str(run), "input": source, "utterances": len(held),

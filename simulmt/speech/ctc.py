@@ -26,8 +26,7 @@ import math
 import torch
 from torch import nn
 
-
-HEADS = ("tied", "free")
+from simulmt.speech.options import CTC_HEADS
 
 
 class CTCScorer(nn.Module):
@@ -39,8 +38,8 @@ class CTCScorer(nn.Module):
         super().__init__()
         if len(vocab) != rows.shape[0]:
             raise ValueError(f"{len(vocab)} token ids but {rows.shape[0]} embedding rows")
-        if head not in HEADS:
-            raise ValueError(f"unknown CTC head {head!r}; choose one of: {', '.join(HEADS)}")
+        if head not in CTC_HEADS:
+            raise ValueError(f"unknown CTC head {head!r}; choose one of: {', '.join(CTC_HEADS)}")
         self.vocab = list(vocab)
         self.index = {token: n + 1 for n, token in enumerate(self.vocab)}
         dim = rows.shape[1]

@@ -9,6 +9,7 @@ from simulmt.errors import SimulmtError
 from simulmt.option_fields import language_field
 
 STAGES = ("ctc", "align", "simul", "policy")
+CTC_HEADS = ("tied", "free")  # the ctc stage's scorers (simulmt.speech.ctc.CTCScorer)
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class SpeechTrainOptions:
     encoder_lr: float = field(default=1e-4, metadata={"help": "peak learning rate of the encoder's trained layers"})
     ctc_head: str = field(default="tied", metadata={
         "help": "ctc: score the adapter against the LLM's token embeddings (tied) or a linear layer of its own, thrown "
-                "away after the stage (free: learns far faster, docs/speech-diagnosis.md)", "choices": ("tied", "free")})
+                "away after the stage (free: learns far faster, docs/speech-diagnosis.md)", "choices": CTC_HEADS})
     steps: int = field(default=200, metadata={"help": "optimizer steps (align, simul)"})
     batch_size: int = field(default=8, metadata={"help": "utterances per step"})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (warmup a tenth, then cosine)"})
@@ -85,9 +86,9 @@ class SpeechTrainOptions:
             raise SimulmtError(f"--encoder-layers N (at least 0) is for --stage ctc, align and simul, and "
                                f"--encoder-lr must be positive; got {self.encoder_layers} with --stage {self.stage} "
                                f"and {self.encoder_lr}")
-        if self.ctc_head not in ("tied", "free") or (self.ctc_head != "tied" and self.stage != "ctc"):
-            raise SimulmtError(f"--ctc-head tied|free is for --stage ctc, got {self.ctc_head!r} with --stage "
-                               f"{self.stage}")
+        if self.ctc_head not in CTC_HEADS or (self.ctc_head != "tied" and self.stage != "ctc"):
+            raise SimulmtError(f"--ctc-head {'|'.join(CTC_HEADS)} is for --stage ctc, got {self.ctc_head!r} with "
+                               f"--stage {self.stage}")
         if self.held_out < 0 or (self.held_out and self.stage not in ("ctc", "align")):
             raise SimulmtError(f"--held-out N (at least 0) is for --stage ctc and align, got {self.held_out} with "
                                f"--stage {self.stage}")

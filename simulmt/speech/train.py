@@ -257,7 +257,7 @@ def _train_ctc(options, translator, adapter, top, train, held, progress) -> dict
     vocab = sorted({t for item in train for t in ids[item.id]})
     with torch.no_grad():  # the rows as the LLM sees them (Gemma scales its embeddings)
         rows = translator.model.get_input_embeddings()(torch.tensor(vocab)).float()
-    torch.manual_seed(options.seed)
+    torch.manual_seed(options.seed)  # the free head's initial weights, reproducible
     scorer = CTCScorer(vocab, rows, options.ctc_head)
 
     def loss(item, rng):
