@@ -222,10 +222,18 @@ def test_the_ctc_stage_spells_the_transcript_cheaply_and_hands_its_adapter_to_al
     assert scorer.greedy(frames) == [7, 9, 7]  # repeats merged, the blank frame dropped
 
 
-def test_a_free_ctc_head_trains_resumes_and_leaves_only_the_adapter(corpus, parts, tmp_path):
+def card_vocab(card, parts) -> list[int]:
+    """The ctc stage's vocabulary: the training transcripts' token ids, sorted."""
+    tok = parts["translator"].tokenizer
+    train = SOURCES[: len(SOURCES) - card["held_out"]]
+    return sorted({t for text in train for t in tok(text, add_special_tokens=False)["input_ids"]})
+
+
+def test_a_free_ctc_head_trains_resumes_and_travels_with_the_model(corpus, parts, tmp_path):
     """``--ctc-head free``: the adapter learns against a linear layer of its own instead of the LLM's rows (the rows
     give only its size), a cut run resumes to the same losses (the free layer is in the checkpoint), the model
-    folder holds the adapter alone, and the option is refused outside the ctc stage."""
+    folder holds the adapter and the head and reads the words the head spells, and the option is refused outside
+    the ctc stage."""
     from simulmt.speech.ctc import CTCScorer
 
     run = options(corpus, tmp_path / "free", stage="ctc", ctc_head="free", steps=30, lr=2e-2, held_out=1)
@@ -237,8 +245,16 @@ def test_a_free_ctc_head_trains_resumes_and_leaves_only_the_adapter(corpus, part
     assert [h["loss"] for h in tied["loss_history"]] != pytest.approx(losses)  # another scorer, other losses
     state = torch.load(tmp_path / "free" / "checkpoint.pt", weights_only=False)
     assert set(state["extra"]) == {"free.weight", "free.bias"}  # no LLM rows, no blank row, no scale
+    # the free head travels with the model, which reads the words it spells; a tied run's model reads embeddings
     assert sorted(p.name for p in (tmp_path / "free" / "model").iterdir()) == sorted(
-        p.name for p in (tmp_path / "tied" / "model").iterdir())
+        [p.name for p in (tmp_path / "tied" / "model").iterdir()] + ["ctc_head.json", "ctc_head.safetensors"])
+    assert json.loads((tmp_path / "free" / "model" / SPEECH_FILE).read_text())["reads"] == "ctc-words"
+    assert json.loads((tmp_path / "tied" / "model" / SPEECH_FILE).read_text())["reads"] == "embeddings"
+    # the LLM's transcript check reads the adapter's frames as its embeddings: a tied run only
+    assert "held_out_token_error_rate" in card and "held_out_transcript_token_error_rate" not in card
+    assert "held_out_transcript_token_error_rate" in tied
+    saved = CTCScorer.load(tmp_path / "free" / "model")
+    assert saved.vocab == card_vocab(card, parts) and torch.equal(saved.free.weight, state["extra"]["free.weight"])
 
     cut = train_speech(options(corpus, tmp_path / "cut", stage="ctc", ctc_head="free", steps=30, lr=2e-2,
                                held_out=1, max_minutes=1e-6), progress=False, **parts)

@@ -21,12 +21,29 @@ embeddings, translates far better than any aligned adapter so far (same page).
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import torch
 from torch import nn
 
+from simulmt.errors import SimulmtError
 from simulmt.speech.options import CTC_HEADS
+
+HEAD_WEIGHTS, HEAD_CONFIG = "ctc_head.safetensors", "ctc_head.json"
+
+
+def collapse(classes: list[int], previous: int = 0) -> tuple[list[int], int]:
+    """CTC's best-path rule on a run of frame classes (0 is the blank): the classes that start a run and are not
+    blank. ``previous`` is the class of the frame before the first (0 at the start of an utterance), so a run that
+    crosses two calls is counted once; returns (the classes spelled, the class of the last frame)."""
+    out = []
+    for c in classes:
+        if c != previous and c != 0:
+            out.append(c)
+        previous = c
+    return out, previous
 
 
 class CTCScorer(nn.Module):
@@ -69,13 +86,36 @@ class CTCScorer(nn.Module):
 
     def greedy(self, embeddings: torch.Tensor) -> list[int]:
         """Best path, repeats merged and blanks removed: the token ids the adapter's embeddings spell."""
-        best = self(embeddings).argmax(-1).tolist()
-        out, previous = [], 0
-        for b in best:
-            if b != previous and b != 0:
-                out.append(self.vocab[b - 1])
-            previous = b
-        return out
+        spelled, _ = collapse(self(embeddings).argmax(-1).tolist())
+        return [self.vocab[c - 1] for c in spelled]
+
+    @property
+    def head(self) -> str:
+        return "tied" if self.free is None else "free"
+
+    def save(self, folder: str | Path) -> None:
+        """``ctc_head.safetensors`` (the weights) and ``ctc_head.json`` (the head's kind, the vocabulary's token
+        ids in class order, the embedding size) in ``folder``."""
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, str(folder / HEAD_WEIGHTS))
+        dim = (self.free.in_features if self.free is not None else self.rows.shape[1])
+        (folder / HEAD_CONFIG).write_text(json.dumps({"head": self.head, "dim": dim, "vocab": self.vocab}) + "\n")
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "CTCScorer":
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        if not (folder / HEAD_CONFIG).is_file() or not (folder / HEAD_WEIGHTS).is_file():
+            raise SimulmtError(f"no CTC head in {folder} (expected {HEAD_CONFIG} and {HEAD_WEIGHTS}): a speech-ctc "
+                               f"stage with --ctc-head free saves one")
+        config = json.loads((folder / HEAD_CONFIG).read_text())
+        scorer = cls(config["vocab"], torch.zeros(len(config["vocab"]), config["dim"]), config["head"])
+        scorer.load_state_dict(load_file(str(folder / HEAD_WEIGHTS)))
+        return scorer.eval()
 
 
 def token_error_rate(references: list[list[int]], hypotheses: list[list[int]]) -> float:

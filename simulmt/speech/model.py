@@ -3,14 +3,16 @@
     audio pieces --StreamingEncoder--> encoder blocks (final) --SpeechAdapter--> embeddings per block
                  --Stream.push_embedded--> placed source tokens that carry embeddings --Engine--> target words
 
-A source unit is a block of audio (``StreamingEncoderConfig.block_ms``): every policy counts blocks where it
-counts words for text (wait-k: write word j once k + j - 1 blocks are read; a learned policy decides after each
+A source unit is a block of audio (``StreamingEncoderConfig.block_ms``), or, for a model that reads the words its
+CTC head spells (``reads="ctc-words"``, simulmt.speech.spelled_words), a word as for text. Over blocks, every policy
+counts blocks where it counts words for text (wait-k: write word j once k + j - 1 blocks are read; a learned policy decides after each
 block). A word's delay in ms is the audio time at which the last block read before it became available
-(``BlockSpan.available_ms``); the computation-aware delay adds the wall time spent so far (encoder, adapter, LLM).
+(``BlockSpan.available_ms``; over spelled words, the block that completed the last word read); the
+computation-aware delay adds the wall time spent so far (encoder, adapter, LLM).
 
 Loading: ``SpeechTranslator.load(folder)`` reads a speech model folder (``speech.json``: the LLM, its adapter,
 the speech encoder and the block configuration; the speech adapter's weights; the encoder's trained top layers and
-the policy head, if any).
+the policy head, if any; the CTC head of a model that reads spelled words).
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ from simulmt.core.learned_policy import HEAD_FILE, PolicyHead
 from simulmt.core.session import StreamingSession, Translation, WrittenWord
 from simulmt.errors import SimulmtError
 from simulmt.speech.adapter import SpeechAdapter
+from simulmt.speech.ctc import CTCScorer
 from simulmt.speech.encoder_top import apply_tuned
+from simulmt.speech.spelled_words import SpelledWords, spelled_words
 from simulmt.speech.streaming_encoder import (EncodedBlock, StreamingEncoder, StreamingEncoderConfig,
                                               encode_utterance, utterance_spans)
 
 SPEECH_FILE = "speech.json"
+READS = ("embeddings", "ctc-words")  # what the LLM reads: the adapter's embeddings, or the words its CTC head spells
 #: the speech model that ships inside the package (gemma-3-270m En->De; its data card: README.md there)
 SHIPPED_SPEECH_MODEL = Path(__file__).resolve().parent / "models" / "gemma-3-270m-easist-en-de"
 
@@ -67,6 +72,11 @@ class SpeechModelCard:
     lookahead_ms: int = 0
     source_lang: str = "en"
     target_lang: str = "de"
+    reads: str = "embeddings"  # one of READS
+
+    def __post_init__(self):
+        if self.reads not in READS:
+            raise SimulmtError(f"{SPEECH_FILE}: reads is {self.reads!r}; this simulmt knows {', '.join(READS)}")
 
     @property
     def stream_config(self) -> StreamingEncoderConfig:
@@ -84,7 +94,7 @@ def _adapter_of(folder: Path, adapter: str | None) -> str:
 
 class SpeechTranslator:
     def __init__(self, translator, encoder, extractor, adapter: SpeechAdapter,
-                 config: StreamingEncoderConfig = StreamingEncoderConfig()):
+                 config: StreamingEncoderConfig = StreamingEncoderConfig(), speller: CTCScorer | None = None):
         if adapter.config.llm_dim != translator.model.get_input_embeddings().weight.shape[1]:
             raise SimulmtError(f"the speech adapter gives {adapter.config.llm_dim}-dim embeddings but the LLM's are "
                                f"{translator.model.get_input_embeddings().weight.shape[1]}-dim")
@@ -92,7 +102,13 @@ class SpeechTranslator:
             raise SimulmtError(f"the speech adapter takes {adapter.config.encoder_dim}-dim frames but the encoder "
                                f"gives {encoder.config.d_model}-dim ones")
         self.translator, self.encoder, self.extractor = translator, encoder, extractor
+        if speller is not None and speller.free is None:
+            raise SimulmtError("a speech model reads the words of a free CTC head (--ctc-head free), not a tied one")
+        if speller is not None and speller.free.in_features != adapter.config.llm_dim:
+            raise SimulmtError(f"the CTC head takes {speller.free.in_features}-dim frames but the speech adapter "
+                               f"gives {adapter.config.llm_dim}-dim ones")
         self.adapter, self.config = adapter.eval(), config
+        self.speller = None if speller is None else speller.eval()  # set: the LLM reads the words it spells
 
     @classmethod
     def load(cls, folder: str | Path, **load_kwargs) -> "SpeechTranslator":
@@ -110,13 +126,18 @@ class SpeechTranslator:
         apply_tuned(encoder, folder)  # the encoder layers trained with the adapter, if any
         if (folder / HEAD_FILE).is_file():  # the speech policy head (trained on blocks) replaces a text one
             translator.policy_head = PolicyHead.load(folder)
-        return cls(translator, encoder, extractor, SpeechAdapter.load(folder), card.stream_config)
+        speller = CTCScorer.load(folder) if card.reads == "ctc-words" else None
+        return cls(translator, encoder, extractor, SpeechAdapter.load(folder), card.stream_config, speller)
 
     # ---- blocks -> embeddings --------------------------------------------------------------------------------
     @torch.no_grad()
     def embed(self, blocks: list[torch.Tensor]) -> list[torch.Tensor]:
         """Encoder blocks -> the LLM-space embeddings of each (the adapter on each block alone)."""
         return [self.adapter(b).float() for b in blocks]
+
+    def spelling(self) -> SpelledWords:
+        """A fresh utterance's spelling state (a model that reads spelled words)."""
+        return SpelledWords(self.speller, self.translator.tokenizer.decode)
 
     def encode(self, audio: np.ndarray) -> list[torch.Tensor]:
         """A whole utterance's encoder blocks, exactly those streaming gives (training uses this)."""
@@ -176,10 +197,17 @@ class SpeechTranslator:
                     encoded = time.perf_counter()
                     embeddings = self.embed(blocks)
                     spans = utterance_spans(self.config, len(audio), self.encoder.config.max_source_positions)
-                    facts[id(stream)] = (str(path), [span.available_ms for span in spans], len(audio) / 16.0,
+                    available = [span.available_ms for span in spans]
+                    if self.speller is not None:  # units are the words the CTC head spells
+                        words, completed = spelled_words(self.speller, self.translator.tokenizer.decode, embeddings)
+                        available = [available[b] for b in completed]
+                    facts[id(stream)] = (str(path), available, len(audio) / 16.0,
                                          1000 * (encoded - begun), 1000 * (time.perf_counter() - encoded))
-                    stream.push_embedded(embeddings, finished=True,
-                                         labels=[f"[{b.start_ms / 1000:.2f}-{b.end_ms / 1000:.2f}s]" for b in spans])
+                    if self.speller is not None:
+                        stream.push(words, finished=True)
+                    else:
+                        stream.push_embedded(embeddings, finished=True, labels=[
+                            f"[{b.start_ms / 1000:.2f}-{b.end_ms / 1000:.2f}s]" for b in spans])
                 except SimulmtError as exc:
                     stream.error = exc
                 spent = time.perf_counter() - started
@@ -223,6 +251,8 @@ class SpeechSession:
         self.owner, self.text = owner, text
         self.encoder = StreamingEncoder(owner.config, owner.encoder, owner.extractor)
         self.blocks: list[EncodedBlock] = []
+        self.units_ms: list[float] = []  # per source unit pushed (a block, or a spelled word): when it was available
+        self.spelling = None if owner.speller is None else owner.spelling()
         self.adapter_seconds = 0.0
         self.t0: float | None = None
 
@@ -231,9 +261,24 @@ class SpeechSession:
             self.t0 = time.perf_counter()
         started = time.perf_counter()
         embeddings = self.owner.embed([b.frames for b in blocks])
+        words: list[str] = []
+        if self.spelling is not None:  # the units are the words the CTC head spells
+            for block, frames in zip(blocks, embeddings):
+                new = self.spelling.push(frames)
+                words += new
+                self.units_ms += [block.available_ms] * len(new)
+            if finished:
+                new = self.spelling.finish()
+                words += new
+                last = (blocks or self.blocks)[-1].available_ms if (blocks or self.blocks) else 0.0
+                self.units_ms += [last] * len(new)
         self.adapter_seconds += time.perf_counter() - started
         self.blocks += blocks
-        if blocks or finished:
+        if self.spelling is not None:
+            if words or finished:
+                self.text.push(words, finished=finished)
+        elif blocks or finished:
+            self.units_ms += [b.available_ms for b in blocks]
             self.text.push_embedded(embeddings, finished=finished,
                                     labels=[f"[{b.start_ms / 1000:.2f}-{b.end_ms / 1000:.2f}s]" for b in blocks])
         yield from self.text.advance()
@@ -252,15 +297,16 @@ class SpeechSession:
         yield from self._feed(self.encoder.finish(), finished=True)
 
     def delay_ms(self, word: WrittenWord) -> float:
-        """Audio time at which the last block read before ``word`` was available."""
-        return self._blocks_ms(word.delay)
+        """Audio time at which the last source unit read before ``word`` (a block, or the block that completed a
+        spelled word) was available."""
+        return self._units_ms(word.delay)
 
-    def _blocks_ms(self, blocks_read: int) -> float:
-        return self.blocks[blocks_read - 1].available_ms if blocks_read else 0.0
+    def _units_ms(self, units_read: int) -> float:
+        return self.units_ms[units_read - 1] if units_read else 0.0
 
     def result(self) -> SpeechTranslation:
         base = self.text.result()
-        delays_ms = [self._blocks_ms(d) for d in base.delays]
+        delays_ms = [self._units_ms(d) for d in base.delays]
         compute = self.encoder.compute
         return SpeechTranslation(**asdict(base), delays_ms=delays_ms, duration_ms=compute.audio_ms,
                                  encoder_ms=round(1000 * (compute.encoder_seconds + compute.feature_seconds), 3),

@@ -203,23 +203,25 @@ def train_speech(options: SpeechTrainOptions, *, translator=None, encoder=None, 
     fmt = transcript_fmt if options.stage == "align" and options.align_target == "transcript" else translator.fmt
     started, cpu_started = time.perf_counter(), time.process_time()
     card = {"stage": options.stage, "options": asdict(options), "utterances": len(items)}
-    head = None
+    head = speller = None
     if options.stage == "policy":
         fitted, head = _fit_policy(options, translator, adapter, items, layout, fmt)
         card.update(fitted)
     elif options.stage == "ctc":
-        card.update(_train_ctc(options, translator, adapter, top, items, held, progress))
+        fitted, scorer = _train_ctc(options, translator, adapter, top, items, held, progress)
+        card.update(fitted)
+        speller = scorer if scorer.head == "free" else None  # a free head's model reads the words it spells
     else:
         loss_of = lambda item, rng: _loss(translator, adapter, top, item, layout, fmt, options, rng)  # noqa: E731
         translator.model.eval()
         card.update(_train_adapter(options, adapter, items, loss_of, progress, encoder_top=top))
-    if held and not card.get("stopped_by_time_limit"):
+    if held and not card.get("stopped_by_time_limit") and speller is None:  # a free head's frames are not the LLM's
         card.update(_transcript_check(translator, transcript_fmt, adapter, top, held))
     card["seconds"] = round(time.perf_counter() - started, 1)
     card["cpu_seconds"] = round(time.process_time() - cpu_started, 1)
     if not card.get("stopped_by_time_limit"):
         firsts = [f for f in (tuned_before, None if top is None else top.first_layer) if f is not None]
-        _save_model(options, adapter, final, head, EncoderTop(encoder, min(firsts)) if firsts else None)
+        _save_model(options, adapter, final, head, EncoderTop(encoder, min(firsts)) if firsts else None, speller)
     (out / "training.json").write_text(json.dumps(card, indent=2) + "\n")
     return card
 
@@ -248,8 +250,9 @@ def _loss(translator, adapter, top, item: SpeechItem, layout, fmt, options, rng)
     return torch.nn.functional.cross_entropy(logits.float(), labels[where], reduction="sum"), int(where.sum())
 
 
-def _train_ctc(options, translator, adapter, top, train, held, progress) -> dict:
-    """The ctc stage: the adapter and a CTC scorer over the training transcripts' tokens (simulmt.speech.ctc)."""
+def _train_ctc(options, translator, adapter, top, train, held, progress):
+    """The ctc stage: the adapter and a CTC scorer over the training transcripts' tokens (simulmt.speech.ctc).
+    Returns (the training card's part, the scorer)."""
     from simulmt.speech.ctc import CTCScorer, token_error_rate
 
     tokenizer = translator.tokenizer
@@ -278,7 +281,7 @@ def _train_ctc(options, translator, adapter, top, train, held, progress) -> dict
     if held and not card["stopped_by_time_limit"]:
         card["held_out_examples"] = [{"reference": item.source, "adapter_spells": tokenizer.decode(path)}
                                      for item, path in zip(held[:5], spelled)]
-    return card
+    return card, scorer
 
 
 def _transcript_check(translator, fmt, adapter, top, held: list[SpeechItem], batch_size: int = 16) -> dict:
@@ -418,11 +421,15 @@ def _relative(name: str, folder: Path) -> str:
 
 
 def _save_model(options: SpeechTrainOptions, adapter: SpeechAdapter, final: Path, head: PolicyHead | None,
-                top: EncoderTop | None = None) -> None:
+                top: EncoderTop | None = None, speller=None) -> None:
     """The speech model folder: the adapter, speech.json, the encoder's trained layers (``top``: this stage's and
-    the starting model's), and the policy head (this stage's, or the one the starting speech model had)."""
+    the starting model's), and the policy head (this stage's, or the one the starting speech model had). With
+    ``speller`` (the ctc stage's free CTC head) the model reads the words the head spells (``reads="ctc-words"``,
+    simulmt.speech.spelled_words) instead of the adapter's embeddings."""
     final.mkdir(parents=True, exist_ok=True)
     adapter.save(final)
+    if speller is not None:
+        speller.save(final)
     if top is not None:
         top.save(final)
     # folders relative to the speech model's own (it moves with a checkout or a copy); names stay names
@@ -430,7 +437,8 @@ def _save_model(options: SpeechTrainOptions, adapter: SpeechAdapter, final: Path
     model = _relative(options.model, final)
     speech = SpeechModelCard(model=model, adapter=llm_adapter, encoder=options.encoder, block_ms=options.block_ms,
                              left_context_ms=options.left_context_ms, source_lang=options.source_lang,
-                             target_lang=options.target_lang)
+                             target_lang=options.target_lang,
+                             reads="embeddings" if speller is None else "ctc-words")
     (final / SPEECH_FILE).write_text(json.dumps(asdict(speech), indent=2) + "\n")
     if head is None and options.speech_adapter is not None:
         previous = Path(options.speech_adapter) / HEAD_FILE

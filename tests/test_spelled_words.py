@@ -1,0 +1,172 @@
+"""A speech model that reads the words its CTC head spells (simulmt.speech.spelled_words): block by block gives the
+whole utterance's best path word for word, words split over blocks are never cut, and such a model streams, batches
+and loads like any speech model, with delays at the block that completed each word."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from simulmt.core.policies import WaitK
+from simulmt.errors import SimulmtError
+from simulmt.speech.ctc import CTCScorer, collapse
+from simulmt.speech.model import SPEECH_FILE, SpeechModelCard, SpeechTranslator
+from simulmt.speech.spelled_words import SpelledWords, spelled_words
+
+# a toy vocabulary: token id -> piece ("_" starts a word, as sentencepiece's "▁")
+PIECES = {10: "_A", 11: "_wo", 12: "man", 13: "_drinks", 14: "_a", 15: "_beer", 16: "."}
+VOCAB = sorted(PIECES)
+
+
+def decode(ids: list[int]) -> str:
+    return "".join(PIECES[i] for i in ids).replace("_", " ").lstrip()
+
+
+def one_hot_scorer() -> CTCScorer:
+    """A free head that reads frame f's class off its one-hot input (dimension 1 + vocabulary)."""
+    scorer = CTCScorer(VOCAB, torch.zeros(len(VOCAB), 1 + len(VOCAB)), "free")
+    with torch.no_grad():
+        scorer.free.weight.copy_(10 * torch.eye(1 + len(VOCAB)))
+        scorer.free.bias.zero_()
+    return scorer
+
+
+def frames(classes: list[int]) -> torch.Tensor:
+    return torch.eye(1 + len(VOCAB))[classes]
+
+
+def cls(token: int) -> int:
+    return VOCAB.index(token) + 1
+
+
+def test_collapse_is_ctc_s_best_path_and_carries_across_any_split():
+    assert collapse([1, 1, 0, 1, 2, 2, 0, 0, 3]) == ([1, 1, 2, 3], 3)
+    assert collapse([]) == ([], 0) and collapse([0, 0]) == ([], 0)
+    rng = random.Random(0)
+    for _ in range(50):
+        classes = [rng.choice([0, 0, 1, 2, 3]) for _ in range(rng.randint(0, 20))]
+        whole, _ = collapse(classes)
+        cut = sorted(rng.sample(range(len(classes) + 1), k=min(3, len(classes) + 1)))
+        spelled, previous = [], 0
+        for a, b in zip([0, *cut], [*cut, len(classes)]):
+            more, previous = collapse(classes[a:b], previous)
+            spelled += more
+        assert spelled == whole
+
+
+def test_words_complete_once_the_next_one_starts_and_never_split_over_blocks():
+    scorer = one_hot_scorer()
+    blocks = [frames([cls(10), 0, cls(11)]),  # "A" (complete: "wo" has started the next word), "wo..."
+              frames([cls(11), cls(12), 0]),  # the "wo" run crosses the edge: counted once; "woman" not complete yet
+              frames([0, 0, 0]),  # nothing
+              frames([cls(13), 0, cls(14), cls(15)]),  # "drinks" starts: "woman" is complete, then "drinks", "a"
+              frames([cls(15), cls(16)])]  # the "beer" run again: once; "." joins "beer"
+    spelling = SpelledWords(scorer, decode)
+    given = [spelling.push(b) for b in blocks]
+    assert given == [["A"], [], [], ["woman", "drinks", "a"], []]
+    assert spelling.finish() == ["beer."] and spelling.finish() == []
+    assert spelling.tokens == scorer.greedy(torch.cat(blocks)) == [10, 11, 12, 13, 14, 15, 16]
+    words, completed = spelled_words(scorer, decode, blocks)
+    assert words == ["A", "woman", "drinks", "a", "beer."] and completed == [0, 3, 3, 3, 4]
+    assert spelled_words(scorer, decode, [frames([0, 0])]) == ([], [])  # silence spells nothing
+
+
+def test_random_heads_spell_block_by_block_what_the_whole_utterance_spells():
+    torch.manual_seed(0)
+    for trial in range(10):
+        scorer = CTCScorer(VOCAB, torch.zeros(len(VOCAB), 6), "free")
+        x = torch.randn(int(torch.randint(1, 30, ()).item()), 6) * 3
+        cuts = sorted(torch.randint(0, x.shape[0] + 1, (3,)).tolist())
+        blocks = [x[a:b] for a, b in zip([0, *cuts], [*cuts, x.shape[0]]) if b > a]
+        words, completed = spelled_words(scorer, decode, blocks)
+        assert words == decode(scorer.greedy(x)).split()
+        assert completed == sorted(completed) and len(completed) == len(words)
+
+
+# ---- a speech model that reads spelled words --------------------------------------------------------------------
+def spelling_speech(arch: str = "llama") -> SpeechTranslator:
+    """The tiny speech model of test_speech_model with a random free CTC head over a part of the LLM's vocabulary
+    (some frames spell tokens, most are blanks: the bias favours the blank)."""
+    from test_speech_model import tiny_speech
+
+    sp = tiny_speech(arch)
+    torch.manual_seed(1)
+    dim = sp.adapter.config.llm_dim
+    vocab = list(range(92, 252))  # word pieces, about a third of them starting a word ("▁g")
+    scorer = CTCScorer(vocab, torch.zeros(len(vocab), dim), "free")
+    with torch.no_grad():
+        scorer.free.weight.mul_(40)
+        scorer.free.bias[0] = 1.0
+    return SpeechTranslator(sp.translator, sp.encoder, sp.extractor, sp.adapter, sp.config, scorer)
+
+
+def test_a_spelling_speech_model_streams_batches_and_times_its_words(tmp_path):
+    from test_speech_model import audio
+
+    from simulmt.speech.synth import write_wav
+
+    sp = spelling_speech("gemma3")
+    clips = [audio(s, seed) for seed, s in enumerate([2.3, 1.5, 3.1])]
+    live = [sp.translate(x, "interleaved", WaitK(2), piece_ms=130) for x in clips]
+    assert all(r.error is None for r in live)
+    assert any(r.prediction for r in live)
+    for x, r in zip(clips, live):
+        blocks = sp.embed(sp.encode(x))
+        words, completed = spelled_words(sp.speller, sp.translator.tokenizer.decode, blocks)
+        assert r.source_length == len(words) and len(words) > 1  # units are the spelled words
+        # the same words read as text give the same translation and the same delays in words
+        text = sp.translator.session("interleaved", WaitK(2))
+        text.push(words, finished=True)
+        list(text.advance())
+        assert (r.prediction, r.delays) == (text.result().prediction, text.result().delays)
+        from simulmt.speech.model import block_delays_ms
+
+        available = block_delays_ms(sp.config, len(x))
+        assert r.delays_ms == [available[completed[d - 1]] if d else 0.0 for d in r.delays]
+    paths = []
+    for n, x in enumerate(clips):
+        paths.append(tmp_path / f"u{n}.wav")
+        write_wav(paths[-1], (x * 32767).astype(np.int16), 16000)
+    one = list(sp.translate_iter(paths, layout="interleaved", policy="wait-k", k=2))
+    batched = list(sp.translate_iter(paths, batch_size=3, layout="interleaved", policy="wait-k", k=2))
+    for a, b in zip(one, batched):
+        assert (a.prediction, a.delays, a.delays_ms, a.source_length) == (b.prediction, b.delays, b.delays_ms,
+                                                                          b.source_length)
+
+
+def test_silence_spells_no_word_and_gives_an_empty_translation():
+    sp = spelling_speech()
+    with torch.no_grad():
+        sp.speller.free.bias[0] = 1e4  # every frame is a blank
+    result = sp.translate(np.zeros(16000, dtype=np.float32), "interleaved", WaitK(2))
+    assert result.prediction == "" and result.delays == [] and result.source_length == 0 and result.error is None
+
+
+def test_a_speech_model_folder_that_reads_spelled_words_loads(tmp_path, monkeypatch):
+    sp = spelling_speech()
+    sp.adapter.save(tmp_path)
+    sp.speller.save(tmp_path)
+    card = SpeechModelCard(model="tiny", adapter=None, encoder="tiny", block_ms=320, left_context_ms=640,
+                           reads="ctc-words")
+    (tmp_path / SPEECH_FILE).write_text(json.dumps(card.__dict__))
+    import simulmt.speech.whisper_ct2 as ct2
+    import simulmt.translator as translator
+
+    monkeypatch.setattr(ct2, "whisper_encoder", lambda name: (sp.encoder, sp.extractor))
+    monkeypatch.setattr(translator.Translator, "load", classmethod(lambda cls, *a, **k: sp.translator))
+    loaded = SpeechTranslator.load(tmp_path)
+    assert loaded.speller.vocab == sp.speller.vocab
+    x = torch.randn(7, sp.adapter.config.llm_dim)
+    assert loaded.speller.greedy(x) == sp.speller.greedy(x)
+    with pytest.raises(SimulmtError, match="reads is 'letters'"):
+        SpeechModelCard(model="m", adapter=None, encoder="e", reads="letters")
+    with pytest.raises(SimulmtError, match="not a tied one"):
+        tied = CTCScorer([3], torch.zeros(1, sp.adapter.config.llm_dim))
+        SpeechTranslator(sp.translator, sp.encoder, sp.extractor, sp.adapter, sp.config, tied)
+    (tmp_path / "ctc_head.json").unlink()
+    with pytest.raises(SimulmtError, match="no CTC head"):
+        SpeechTranslator.load(tmp_path)
