@@ -1,13 +1,14 @@
-"""Copy a trained speech model (``simulmt finetune --recipe speech-policy``'s OUT/model) into the package.
+"""Copy a trained speech model (``simulmt finetune --recipe speech-policy``'s OUT/model, or a ``speech-ctc --ctc-head
+free`` run's, which reads the words its CTC head spells) into the package.
 
     python scripts/ship_speech_model.py RUN_DIR LLM_ADAPTER_NAME [--stage-runs ALIGN_DIR SIMUL_DIR] [--ctc-run DIR]
 
 Writes ``simulmt/speech/models/gemma-3-270m-easist-en-de/``: ``speech.json`` naming the packaged LLM and the shipped
 LLM adapter (``LLM_ADAPTER_NAME``, a key of ``simulmt.adapters.SHIPPED``) instead of the run's paths, the speech
 adapter (weights in bfloat16: half the size; cast back to float32 on load), the encoder's trained layers if any (in
-float32: they are the encoder's own weights, kept exact), the policy head, and each stage's
-``training.json`` (``training-ctc.json`` when a ctc stage ran, ``training-align.json``, ``training-simul.json``,
-``training-policy.json``). The data card ``README.md`` is written by hand from those records and the evaluation
+float32: they are the encoder's own weights, kept exact), the policy head, the CTC head of a model that reads spelled
+words (weights in bfloat16 too), and each stage's ``training.json`` (``training-ctc.json`` when a ctc stage ran,
+``training-align.json``, ``training-simul.json``, ``training-policy.json``; RUN_DIR's is named after its stage). The data card ``README.md`` is written by hand from those records and the evaluation
 runs.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from simulmt.adapters import SHIPPED, save_bfloat16_weights
 from simulmt.core.learned_policy import HEAD_FILE
 from simulmt.speech.adapter import ADAPTER_FILE, CONFIG_FILE
+from simulmt.speech.ctc import HEAD_CONFIG, HEAD_WEIGHTS
 from simulmt.speech.encoder_top import ENCODER_CONFIG, ENCODER_FILE
 from simulmt.speech.model import SHIPPED_SPEECH_MODEL, SPEECH_FILE
 
@@ -38,10 +40,17 @@ def ship(run: Path, llm_adapter: str, stage_runs: dict[str, Path]) -> Path:
     (target / SPEECH_FILE).write_text(json.dumps(card, indent=2) + "\n")
     shutil.copyfile(model / CONFIG_FILE, target / CONFIG_FILE)
     save_bfloat16_weights(model / ADAPTER_FILE, target / ADAPTER_FILE)
-    for name in (HEAD_FILE, ENCODER_FILE, ENCODER_CONFIG):
+    for stale in (HEAD_FILE, ENCODER_FILE, ENCODER_CONFIG, HEAD_CONFIG, HEAD_WEIGHTS):
+        (target / stale).unlink(missing_ok=True)  # a file of the model shipped before must not stay
+    for name in (HEAD_FILE, ENCODER_FILE, ENCODER_CONFIG, HEAD_CONFIG):
         if (model / name).is_file():
             shutil.copyfile(model / name, target / name)
-    for stage, directory in {**stage_runs, "policy": run}.items():
+    if (model / HEAD_WEIGHTS).is_file():
+        save_bfloat16_weights(model / HEAD_WEIGHTS, target / HEAD_WEIGHTS)
+    for stale in target.glob("training-*.json"):
+        stale.unlink()
+    last = json.loads((run / "training.json").read_text()).get("stage", "policy")
+    for stage, directory in {**stage_runs, last: run}.items():
         if (directory / "training.json").is_file():
             shutil.copyfile(directory / "training.json", target / f"training-{stage}.json")
     return target
@@ -49,7 +58,8 @@ def ship(run: Path, llm_adapter: str, stage_runs: dict[str, Path]) -> Path:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path, help="the speech-policy run directory (holds model/ and training.json)")
+    parser.add_argument("run", type=Path, help="the speech-policy (or free-head speech-ctc) run directory (holds model/ "
+                                               "and training.json)")
     parser.add_argument("llm_adapter", help="the shipped LLM adapter the speech model runs on")
     parser.add_argument("--stage-runs", nargs=2, type=Path, metavar=("ALIGN_DIR", "SIMUL_DIR"),
                         help="the align and simul runs, whose training.json records are copied too")

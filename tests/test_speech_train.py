@@ -348,3 +348,34 @@ def test_the_adapter_checks_read_a_runs_held_out_utterances(corpus, parts, tmp_p
         checks.translate(tmp_path / "align", "best-path", **parts)  # an align run has no ctc head
     with pytest.raises(SimulmtError, match="align run"):
         checks.audio_use(tmp_path / "ctc", **parts)
+
+
+def test_shipping_a_model_that_reads_spelled_words(corpus, parts, tmp_path, monkeypatch):
+    """scripts/ship_speech_model.py on a free-head ctc run: the packaged LLM and adapter by name, the speech adapter
+    and the CTC head in bfloat16 (they load back into float32 modules), the run's card named after its stage, and
+    nothing left of a model shipped before."""
+    import importlib.util
+    from pathlib import Path
+
+    from simulmt.speech.ctc import CTCScorer
+
+    run = tmp_path / "ctc"
+    train_speech(options(corpus, run, stage="ctc", ctc_head="free", steps=2, held_out=1), progress=False, **parts)
+    spec = importlib.util.spec_from_file_location("ship", Path(__file__).parents[1] / "scripts/ship_speech_model.py")
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    target = tmp_path / "shipped"
+    target.mkdir()
+    (target / HEAD_FILE).write_text("an old model's policy head")
+    (target / "training-policy.json").write_text("{}")
+    monkeypatch.setattr(ship, "SHIPPED_SPEECH_MODEL", target)
+    assert ship.ship(run, "gemma-3-270m-interleaved-en-de", {}) == target
+    card = json.loads((target / SPEECH_FILE).read_text())
+    assert card["reads"] == "ctc-words" and card["adapter"] == "gemma-3-270m-interleaved-en-de"
+    assert sorted(p.name for p in target.iterdir()) == ["ctc_head.json", "ctc_head.safetensors", SPEECH_FILE,
+                                                        "speech_adapter.json", "speech_adapter.safetensors",
+                                                        "training-ctc.json"]
+    shipped, trained = CTCScorer.load(target), CTCScorer.load(run / "model")
+    assert shipped.free.weight.dtype == torch.float32 and shipped.vocab == trained.vocab
+    assert torch.allclose(shipped.free.weight, trained.free.weight, rtol=1e-2, atol=1e-3)  # bfloat16's precision
+    assert SpeechAdapter.load(target).proj.weight.dtype == torch.float32
