@@ -5,10 +5,10 @@
 
 A source unit is a block of audio (``StreamingEncoderConfig.block_ms``), or, for a model that reads the words its
 CTC head spells (``reads="ctc-words"``, simulmt.speech.spelled_words), a word as for text. Over blocks, every policy
-counts blocks where it counts words for text (wait-k: write word j once k + j - 1 blocks are read; a learned policy decides after each
-block). A word's delay in ms is the audio time at which the last block read before it became available
-(``BlockSpan.available_ms``; over spelled words, the block that completed the last word read); the
-computation-aware delay adds the wall time spent so far (encoder, adapter, LLM).
+counts blocks where it counts words for text (wait-k: write word j once k + j - 1 blocks are read; a learned policy
+decides after each block). A word's delay in ms is the audio time at which the last unit read before it became
+available (``BlockSpan.available_ms``; a spelled word's: that of the block that completed it); the
+computation-aware delay adds the wall time spent so far (encoder, adapter, CTC head, LLM).
 
 Loading: ``SpeechTranslator.load(folder)`` reads a speech model folder (``speech.json``: the LLM, its adapter,
 the speech encoder and the block configuration; the speech adapter's weights; the encoder's trained top layers and
