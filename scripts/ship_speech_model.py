@@ -8,8 +8,8 @@ LLM adapter (``LLM_ADAPTER_NAME``, a key of ``simulmt.adapters.SHIPPED``) instea
 adapter (weights in bfloat16: half the size; cast back to float32 on load), the encoder's trained layers if any (in
 float32: they are the encoder's own weights, kept exact), the policy head, the CTC head of a model that reads spelled
 words (weights in bfloat16 too), and each stage's ``training.json`` (``training-ctc.json`` when a ctc stage ran,
-``training-align.json``, ``training-simul.json``, ``training-policy.json``; RUN_DIR's is named after its stage). The data card ``README.md`` is written by hand from those records and the evaluation
-runs.
+``training-align.json``, ``training-simul.json``, ``training-policy.json``; RUN_DIR's is named after its stage).
+The data card ``README.md`` is written by hand from those records and the evaluation runs.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def ship(run: Path, llm_adapter: str, stage_runs: dict[str, Path]) -> Path:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path, help="the speech-policy (or free-head speech-ctc) run directory (holds model/ "
-                                               "and training.json)")
+    parser.add_argument("run", type=Path, help="the speech-policy (or free-head speech-ctc) run directory (holds "
+                                               "model/ and training.json)")
     parser.add_argument("llm_adapter", help="the shipped LLM adapter the speech model runs on")
     parser.add_argument("--stage-runs", nargs=2, type=Path, metavar=("ALIGN_DIR", "SIMUL_DIR"),
                         help="the align and simul runs, whose training.json records are copied too")
