@@ -587,7 +587,7 @@ def _run_speech(options: BenchOptions) -> int:
                                                                                  head=speech.translator.policy_head),
                                        {}))
             else:
-                configurations.append((f"wait-{options.k} (blocks)", make_policy("wait-k", k=options.k), {}))
+                configurations.append((f"wait-{options.k} ({speech.unit})", make_policy("wait-k", k=options.k), {}))
         print(f"simulmt bench: {len(clips)} utterances x {1 + len(configurations)} configurations (+ offline "
               f"replays) on {speech.name}, {torch.get_num_threads()} threads", file=sys.stderr, flush=True)
         with tqdm(total=len(clips), unit="utterance", file=sys.stderr, dynamic_ncols=True) as bar:

@@ -170,3 +170,27 @@ def test_a_speech_model_folder_that_reads_spelled_words_loads(tmp_path, monkeypa
     (tmp_path / "ctc_head.json").unlink()
     with pytest.raises(SimulmtError, match="no CTC head"):
         SpeechTranslator.load(tmp_path)
+
+
+def test_the_demo_and_translate_audio_show_a_spelling_model_s_words(tmp_path, monkeypatch, capsys):
+    """``demo --audio`` says wait-k counts words and shows what each block let the CTC head spell (HEARD);
+    ``translate --audio --jsonl`` gives the spelled words as the source and delays in ms at their blocks."""
+    from test_speech_model import audio
+
+    from simulmt import cli
+    from simulmt.speech import model as speech_model
+    from simulmt.speech.synth import write_wav
+
+    sp = spelling_speech()
+    monkeypatch.setattr(speech_model.SpeechTranslator, "load", classmethod(lambda cls, folder, **kw: sp))
+    assert cli.main(["demo", "--audio", "--speech-model", str(tmp_path), "--k", "2"]) == 0
+    shown = capsys.readouterr().out
+    assert "policy wait-2 in words" in shown and "HEARD " in shown and "WRITE" in shown
+    wav = tmp_path / "clip.wav"
+    write_wav(wav, (audio(2.5) * 20000).astype(np.int16), 16000)
+    assert cli.main(["translate", "--audio", str(wav), "--speech-model", str(tmp_path), "--k", "2", "--jsonl"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    words, _ = spelled_words(sp.speller, sp.translator.tokenizer.decode, sp.embed(sp.encode(
+        (audio(2.5) * 20000).astype(np.int16))))
+    assert row["source"].split() == words and row["source_length"] == len(words)
+    assert len(row["delays_ms"]) == len(row["prediction"].split()) and row["delays_ms"] == sorted(row["delays_ms"])

@@ -1,8 +1,9 @@
 """``simulmt demo --audio --speech-model DIR``: speech arrives block by block, words appear as they are written.
 
 The audio is a few sentences spoken by espeak-ng when it is installed (simulmt.speech.synth), else the short
-sample the package ships. Each READ shows the block taken in (its audio time); each WRITE the word and the audio
-time it was written at; a summary gives the compute per second of audio.
+sample the package ships. Each READ shows the block taken in (its audio time), and for a model that reads the words
+its CTC head spells, HEARD the words that block completed; each WRITE the word and the audio time it was written at;
+a summary gives the compute per second of audio.
 """
 
 from __future__ import annotations
@@ -32,18 +33,22 @@ def demo_audio() -> list[tuple[str, np.ndarray]]:
 def run_speech_demo(speech, *, policy: str = "wait-k", k: int = 3, tau: float = 0.5,
                     out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    said = f"wait-{k} in blocks" if policy == "wait-k" else f"learned, tau {tau}"
+    said = f"wait-{k} in {speech.unit}" if policy == "wait-k" else f"learned, tau {tau}"
     print(f"speech model: {speech.name}; blocks of {speech.config.block_ms} ms; policy {said}\n", file=out)
     for text, audio in demo_audio():
         print(f"[audio] {text}  ({len(audio) / 16000:.2f} s)", file=out)
         session = speech.session("interleaved", policy, k=k, tau=tau)
         step = 16 * speech.config.block_ms
         pieces = [audio[i:i + step] for i in range(0, len(audio), step)]
+        heard = 0
         for i, piece in enumerate(pieces):
             words = list(session.push_audio(piece))
             if i == len(pieces) - 1:  # the end of the audio: the last (shorter) block and the last words
                 words += list(session.finish())
             print(f"  READ  audio up to {min((i + 1) * speech.config.block_ms, len(audio) / 16):6.0f} ms", file=out)
+            if speech.unit == "words" and len(session.text.source_words) > heard:  # what the CTC head spelled
+                print(f"  HEARD {' '.join(session.text.source_words[heard:])}", file=out)
+                heard = len(session.text.source_words)
             for word in words:
                 print(f"  WRITE {word.text:<24} (at {session.delay_ms(word):6.0f} ms of audio)", file=out)
         result = session.result()

@@ -144,6 +144,11 @@ class SpeechTranslator:
         return encode_utterance(audio, self.config, self.encoder, self.extractor)
 
     @property
+    def unit(self) -> str:
+        """What a policy counts on this model's source side: "blocks" of audio, or the "words" its CTC head spells."""
+        return "blocks" if self.speller is None else "words"
+
+    @property
     def name(self) -> str:
         return f"{self.translator.name}+speech({self.encoder.config.d_model}-dim encoder)"
 

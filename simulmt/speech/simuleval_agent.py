@@ -54,7 +54,8 @@ class SimulmtSpeechAgent(SpeechToTextAgent):
         group.add_argument("--speech-model", required=True, help="a speech model folder (finetune-speech's DIR/model)")
         group.add_argument("--layout", default="interleaved")
         group.add_argument("--policy", default="wait-k", choices=("wait-k", "learned", "offline"))
-        group.add_argument("--k", type=int, default=3, help="wait-k: in blocks of audio")
+        group.add_argument("--k", type=int, default=3, help="wait-k: in blocks of audio, or in words for a model that reads the "
+                                                                 "words its CTC head spells")
         group.add_argument("--tau", type=float, default=0.5, help="learned: the policy head's threshold")
 
     def build_states(self) -> SimulmtSpeechStates:
