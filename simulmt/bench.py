@@ -140,7 +140,8 @@ class BenchOptions:
             raise SimulmtError("--audio measures speech: it takes no --source or --streams")
         for name in self.policy_names:
             if name not in ("wait-k", "learned"):
-                raise SimulmtError(f"--audio: policy {name!r}; speech streams with wait-k (over blocks) or learned")
+                raise SimulmtError(f"--audio: policy {name!r}; speech streams with wait-k (over blocks, or a "
+                                   f"spelling model's words) or learned")
         if not 0 <= self.tau <= 1:
             raise SimulmtError(f"--tau must be within 0..1, got {self.tau}")
         if self.k < 1:

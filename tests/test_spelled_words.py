@@ -20,6 +20,7 @@ from simulmt.speech.spelled_words import SpelledWords, spelled_words
 # a toy vocabulary: token id -> piece ("_" starts a word, as sentencepiece's "▁")
 PIECES = {10: "_A", 11: "_wo", 12: "man", 13: "_drinks", 14: "_a", 15: "_beer", 16: "."}
 VOCAB = sorted(PIECES)
+STARTS = frozenset(t for t, piece in PIECES.items() if piece.startswith("_"))
 
 
 def decode(ids: list[int]) -> str:
@@ -65,14 +66,28 @@ def test_words_complete_once_the_next_one_starts_and_never_split_over_blocks():
               frames([0, 0, 0]),  # nothing
               frames([cls(13), 0, cls(14), cls(15)]),  # "drinks" starts: "woman" is complete, then "drinks", "a"
               frames([cls(15), cls(16)])]  # the "beer" run again: once; "." joins "beer"
-    spelling = SpelledWords(scorer, decode)
+    spelling = SpelledWords(scorer, decode, STARTS)
     given = [spelling.push(b) for b in blocks]
     assert given == [["A"], [], [], ["woman", "drinks", "a"], []]
     assert spelling.finish() == ["beer."] and spelling.finish() == []
-    assert spelling.tokens == scorer.greedy(torch.cat(blocks)) == [10, 11, 12, 13, 14, 15, 16]
-    words, completed = spelled_words(scorer, decode, blocks)
+    assert scorer.greedy(torch.cat(blocks)) == [10, 11, 12, 13, 14, 15, 16]
+    words, completed = spelled_words(lambda: SpelledWords(scorer, decode, STARTS), blocks)
     assert words == ["A", "woman", "drinks", "a", "beer."] and completed == [0, 3, 3, 3, 4]
-    assert spelled_words(scorer, decode, [frames([0, 0])]) == ([], [])  # silence spells nothing
+    assert spelled_words(lambda: SpelledWords(scorer, decode, STARTS), [frames([0, 0])]) == ([], [])  # silence
+
+
+def test_a_word_given_out_never_changes_when_decode_rewrites_earlier_text():
+    """Tokenizers' decode may rewrite text as more tokens follow (byte pieces, space clean-up): each word's tokens are
+    decoded alone, once complete, so what was given out stays true."""
+    scorer = one_hot_scorer()
+
+    def cleaning(ids: list[int]) -> str:  # joins " ." as clean_up_tokenization_spaces joins " 's"
+        return decode(ids).replace(" .", ".")
+
+    spelling = SpelledWords(scorer, cleaning, STARTS | {16})  # here "." starts a word of its own
+    assert spelling.push(frames([cls(10), 0, cls(15), 0])) == ["A"]
+    assert spelling.push(frames([cls(16)])) == ["beer"]  # the whole text now reads "A beer."
+    assert spelling.finish() == ["."]
 
 
 def test_random_heads_spell_block_by_block_what_the_whole_utterance_spells():
@@ -82,7 +97,7 @@ def test_random_heads_spell_block_by_block_what_the_whole_utterance_spells():
         x = torch.randn(int(torch.randint(1, 30, ()).item()), 6) * 3
         cuts = sorted(torch.randint(0, x.shape[0] + 1, (3,)).tolist())
         blocks = [x[a:b] for a, b in zip([0, *cuts], [*cuts, x.shape[0]]) if b > a]
-        words, completed = spelled_words(scorer, decode, blocks)
+        words, completed = spelled_words(lambda: SpelledWords(scorer, decode, STARTS), blocks)
         assert words == decode(scorer.greedy(x)).split()
         assert completed == sorted(completed) and len(completed) == len(words)
 
@@ -110,14 +125,16 @@ def test_a_spelling_speech_model_streams_batches_and_times_its_words(tmp_path):
     from simulmt.speech.synth import write_wav
 
     sp = spelling_speech("gemma3")
-    clips = [audio(s, seed) for seed, s in enumerate([2.3, 1.5, 3.1])]
-    live = [sp.translate(x, "interleaved", WaitK(2), piece_ms=130) for x in clips]
-    assert all(r.error is None for r in live)
+    # 1.28 s is four whole blocks (the end brings no new one); pieces of 1 s bring several blocks at once
+    clips = [audio(s, seed) for seed, s in enumerate([2.3, 1.28, 3.1])]
+    live = [sp.translate(x, "interleaved", WaitK(2), piece_ms=piece) for x, piece in zip(clips, [130, 320, 1000])]
+    assert all(r.error is None and r.unit == "words" for r in live)
     assert any(r.prediction for r in live)
     for x, r in zip(clips, live):
         blocks = sp.embed(sp.encode(x))
-        words, completed = spelled_words(sp.speller, sp.translator.tokenizer.decode, blocks)
-        assert r.source_length == len(words) and len(words) > 1  # units are the spelled words
+        words, completed = spelled_words(sp.spelling, blocks)
+        assert words == sp.translator.tokenizer.decode(sp.speller.greedy(torch.cat(blocks))).split()
+        assert r.source_length == len(words) and len(words) > 1 and r.heard == " ".join(words)
         # the same words read as text give the same translation and the same delays in words
         text = sp.translator.session("interleaved", WaitK(2))
         text.push(words, finished=True)
@@ -127,6 +144,7 @@ def test_a_spelling_speech_model_streams_batches_and_times_its_words(tmp_path):
 
         available = block_delays_ms(sp.config, len(x))
         assert r.delays_ms == [available[completed[d - 1]] if d else 0.0 for d in r.delays]
+        assert r.delays_ms[-1] == available[-1]  # the last word is complete only at the end of the audio
     paths = []
     for n, x in enumerate(clips):
         paths.append(tmp_path / f"u{n}.wav")
@@ -144,6 +162,8 @@ def test_silence_spells_no_word_and_gives_an_empty_translation():
         sp.speller.free.bias[0] = 1e4  # every frame is a blank
     result = sp.translate(np.zeros(16000, dtype=np.float32), "interleaved", WaitK(2))
     assert result.prediction == "" and result.delays == [] and result.source_length == 0 and result.error is None
+    session = sp.session("interleaved", WaitK(2))  # no audio at all: no block, no word
+    assert list(session.finish()) == [] and session.result().prediction == "" and session.units_ms == []
 
 
 def test_a_speech_model_folder_that_reads_spelled_words_loads(tmp_path, monkeypatch):
@@ -190,7 +210,33 @@ def test_the_demo_and_translate_audio_show_a_spelling_model_s_words(tmp_path, mo
     write_wav(wav, (audio(2.5) * 20000).astype(np.int16), 16000)
     assert cli.main(["translate", "--audio", str(wav), "--speech-model", str(tmp_path), "--k", "2", "--jsonl"]) == 0
     row = json.loads(capsys.readouterr().out)
-    words, _ = spelled_words(sp.speller, sp.translator.tokenizer.decode, sp.embed(sp.encode(
-        (audio(2.5) * 20000).astype(np.int16))))
-    assert row["source"].split() == words and row["source_length"] == len(words)
+    words, _ = spelled_words(sp.spelling, sp.embed(sp.encode((audio(2.5) * 20000).astype(np.int16))))
+    assert row["heard"].split() == words and row["source_length"] == len(words) and row["unit"] == "words"
     assert len(row["delays_ms"]) == len(row["prediction"].split()) and row["delays_ms"] == sorted(row["delays_ms"])
+
+
+def test_evaluating_a_spelling_model_logs_words_and_what_was_heard(tmp_path):
+    """``evaluate --source-audio`` with a model that reads spelled words: delays in ms of audio (SimulEval's speech
+    log) with the delays in words and the spelled transcript beside them, speech-input ATD, and the batched path's
+    words and delays equal to the live path's."""
+    from dataclasses import replace
+
+    from test_speech_model import write_audio_set
+
+    from simulmt.evaluate import EvaluateOptions, evaluate, read_log
+
+    sp = spelling_speech()
+    write_audio_set(tmp_path, seconds=(2.3, 3.1))
+    options = EvaluateOptions(source_audio=str(tmp_path / "audio.list"), reference=str(tmp_path / "ref.de"),
+                              output=str(tmp_path / "grid"), layouts="interleaved", ks="2", no_offline=True)
+    (live,) = evaluate(sp, options, progress=False)
+    records = read_log(tmp_path / "grid" / "interleaved.wait-2" / "instances.log")
+    assert all(len(r["delays"]) == len(r["delays_words"]) == len(r["prediction"].split()) for r in records)
+    assert all(r["heard"] and r["delays"] == sorted(r["delays"]) and r["delays"][-1] <= r["source_length"]
+               for r in records) and "delays_blocks" not in records[0]
+    assert "ATD" in live.scores and "ATD_CA" in live.scores
+    (batched,) = evaluate(sp, replace(options, output=str(tmp_path / "batched"), batch_size=2), progress=False)
+    again = read_log(tmp_path / "batched" / "interleaved.wait-2" / "instances.log")
+    assert [(r["prediction"], r["delays"], r["heard"]) for r in records] == [
+        (r["prediction"], r["delays"], r["heard"]) for r in again]
+    assert all(r["elapsed"] == sorted(r["elapsed"]) for r in again)

@@ -130,8 +130,10 @@ def instance_record(index: int, translation: Translation, reference: str) -> dic
               "refed_tokens": translation.refed_tokens}
     if hasattr(translation, "delays_ms"):  # speech: SimulEval's speech log, delays and source length in ms
         record.update({"delays": translation.delays_ms, "source_length": translation.duration_ms,
-                       "delays_blocks": translation.delays, "encoder_ms": translation.encoder_ms,
-                       "adapter_ms": translation.adapter_ms})
+                       f"delays_{translation.unit}": translation.delays, "encoder_ms": translation.encoder_ms,
+                       "adapter_ms": translation.adapter_ms})  # delays_blocks, or delays_words when spelled
+        if translation.heard:
+            record["heard"] = translation.heard  # the words the CTC head spelled: what the LLM read
     if translation.error:
         record["error"] = translation.error
     return record

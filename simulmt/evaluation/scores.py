@@ -36,15 +36,17 @@ def _with_speech_atd(latency: dict[str, float], instances: list[dict]) -> dict[s
 def score_instances(instances: list[dict], ms_per_word: float = DEFAULT_MS_PER_SOURCE_UNIT) -> dict:
     """Corpus scores of a run's instances (dicts as in instances.log), with the metrics' signatures.
 
-    Speech instances (``delays_blocks`` logged; delays in ms of audio) also get ATD and ATD_CA in ms, SimulEval
-    1.1.4's ATD for speech input (:func:`_with_speech_atd`); text instances get ATD in words and no ATD_CA."""
+    Speech instances (``delays_blocks`` or ``delays_words`` logged; delays in ms of audio) also get ATD and ATD_CA
+    in ms, SimulEval 1.1.4's ATD for speech input (:func:`_with_speech_atd`); text instances get ATD in words and no
+    ATD_CA."""
     if not instances:
         raise SimulmtError("no finished sentences to score")
     hypotheses = [ins["prediction"] for ins in instances]
     references = [ins["reference"] for ins in instances]
     bleu_score, bleu_signature = bleu(hypotheses, references)
     chrf_score, chrf_signature = chrf(hypotheses, references)
-    speech = "delays_blocks" in instances[0]  # delays in ms of audio: ATD is SimulEval's speech-input ATD
+    # speech (units' delays logged besides those in ms of audio): ATD is SimulEval's speech-input ATD
+    speech = "delays_blocks" in instances[0] or "delays_words" in instances[0]
     metrics = [m for m in LATENCY_METRICS if m != "ATD"] if speech else None
     latency = latency_scores(instances, metrics, computation_aware=True, ms_per_source_unit=ms_per_word)
     if speech:

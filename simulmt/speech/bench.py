@@ -3,14 +3,15 @@
 For every utterance (a WAV file), one warm-up run first, then:
 
 * **offline**: read every block, then write (the interleaved layout with the offline policy);
-* every **configuration** (wait-k over blocks, the learned policy at a threshold), freely, as it would stream,
-  fed one block of audio at a time;
+* every **configuration** (wait-k over blocks, or over spelled words, the learned policy at a threshold), freely,
+  as it would stream, fed one block of audio at a time;
 * every configuration's own output **replayed through offline decoding** (teacher forced: the same target
   tokens after every block), so the cost of streaming is separated from differences in output.
 
 Per configuration, as totals over the same utterances:
 
-* ``encoder_ms_per_audio_s``: log-mel features + Whisper encoder + speech adapter, ms per second of audio;
+* ``encoder_ms_per_audio_s``: log-mel features + Whisper encoder + speech adapter (+ the CTC head of a model that
+  reads spelled words), ms per second of audio;
 * ``llm_ms_per_token``: the rest of the wall time (feeding the speech embeddings, writing, deciding) per target
   token, and ``same_output``: that figure over the offline replay's (EASiST's streaming vs offline, 1.25x);
 * ``rtf``: the real-time factor, wall seconds of compute per second of audio (below 1: keeps up with live audio).

@@ -31,7 +31,7 @@ from simulmt.errors import SimulmtError
 from simulmt.speech.adapter import SpeechAdapter
 from simulmt.speech.ctc import CTCScorer
 from simulmt.speech.encoder_top import apply_tuned
-from simulmt.speech.spelled_words import SpelledWords, spelled_words
+from simulmt.speech.spelled_words import SpelledWords, spelled_words, word_start_ids
 from simulmt.speech.streaming_encoder import (EncodedBlock, StreamingEncoder, StreamingEncoderConfig,
                                               encode_utterance, utterance_spans)
 
@@ -51,13 +51,16 @@ def default_speech_model() -> Path:
 
 @dataclass
 class SpeechTranslation(Translation):
-    """A ``Translation`` whose source units are audio blocks: ``delays`` in blocks, ``delays_ms`` in audio time,
-    ``duration_ms`` the audio's length, ``encoder_ms`` / ``adapter_ms`` the compute spent on them."""
+    """A ``Translation`` whose source units are audio blocks or spelled words (``unit``): ``delays`` in units,
+    ``delays_ms`` in audio time, ``duration_ms`` the audio's length, ``encoder_ms`` / ``adapter_ms`` the compute
+    spent on them (the adapter's includes the CTC head's), ``heard`` the words a CTC head spelled ("" for blocks)."""
 
     delays_ms: list[float] = field(default_factory=list)
     duration_ms: float = 0.0
     encoder_ms: float = 0.0
     adapter_ms: float = 0.0
+    unit: str = "blocks"
+    heard: str = ""
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class SpeechTranslator:
                                f"gives {adapter.config.llm_dim}-dim ones")
         self.adapter, self.config = adapter.eval(), config
         self.speller = None if speller is None else speller.eval()  # set: the LLM reads the words it spells
+        self.word_starts = frozenset() if speller is None else word_start_ids(translator.tokenizer, speller.vocab)
 
     @classmethod
     def load(cls, folder: str | Path, **load_kwargs) -> "SpeechTranslator":
@@ -137,7 +141,7 @@ class SpeechTranslator:
 
     def spelling(self) -> SpelledWords:
         """A fresh utterance's spelling state (a model that reads spelled words)."""
-        return SpelledWords(self.speller, self.translator.tokenizer.decode)
+        return SpelledWords(self.speller, self.translator.tokenizer.decode, self.word_starts)
 
     def encode(self, audio: np.ndarray) -> list[torch.Tensor]:
         """A whole utterance's encoder blocks, exactly those streaming gives (training uses this)."""
@@ -183,17 +187,19 @@ class SpeechTranslator:
         Each file is encoded whole into exactly the blocks streaming gives (``encode``), and its stream reads them
         as its policy asks, so predictions and delays equal the live path's (tests/test_speech_model.py). A
         word's ``elapsed`` is its stream's time in the engine (sharing forwards with the others) plus the encoder
-        and adapter time of the blocks read before it (the utterance's time, pro rata over its blocks)."""
+        and adapter time of the blocks read before it (the utterance's time, pro rata over its blocks; a spelled
+        word counts the blocks up to the one that completed it)."""
         from simulmt.core.engine import Engine, run_ordered
         from simulmt.speech.translate_audio import read_audio
 
-        facts: dict[int, tuple[str, list[float], float, float, float]] = {}  # id(stream) -> path, available, ...
+        facts: dict[int, dict] = {}  # id(stream) -> path, per unit: available ms and blocks read; the compute
         engine = Engine(self.translator.runner)
 
         def streams():
             for path in paths:
                 stream = self.translator.new_stream(layout, policy, **kwargs)
-                facts[id(stream)] = (str(path), [], 0.0, 0.0, 0.0)
+                facts[id(stream)] = dict(path=str(path), available=[], blocks_read=[], blocks=0, duration=0.0,
+                                         encoder_ms=0.0, adapter_ms=0.0)
                 started = time.perf_counter()
                 try:
                     audio = read_audio(path)
@@ -204,10 +210,14 @@ class SpeechTranslator:
                     spans = utterance_spans(self.config, len(audio), self.encoder.config.max_source_positions)
                     available = [span.available_ms for span in spans]
                     if self.speller is not None:  # units are the words the CTC head spells
-                        words, completed = spelled_words(self.speller, self.translator.tokenizer.decode, embeddings)
-                        available = [available[b] for b in completed]
-                    facts[id(stream)] = (str(path), available, len(audio) / 16.0,
-                                         1000 * (encoded - begun), 1000 * (time.perf_counter() - encoded))
+                        words, completed = spelled_words(self.spelling, embeddings)
+                        available, blocks_read = [available[b] for b in completed], [b + 1 for b in completed]
+                    else:
+                        blocks_read = list(range(1, len(available) + 1))
+                    facts[id(stream)] = dict(path=str(path), available=available, blocks_read=blocks_read,
+                                             blocks=len(blocks), duration=len(audio) / 16.0,
+                                             encoder_ms=1000 * (encoded - begun),
+                                             adapter_ms=1000 * (time.perf_counter() - encoded))
                     if self.speller is not None:
                         stream.push(words, finished=True)
                     else:
@@ -222,14 +232,16 @@ class SpeechTranslator:
                 yield stream
 
         for stream in run_ordered(streams(), engine, batch_size):
-            path, available, duration, encoder_ms, adapter_ms = facts.pop(id(stream))
+            f = facts.pop(id(stream))
             base = stream.result()
-            per_block = (encoder_ms + adapter_ms) / len(available) if available else 0.0
-            elapsed = [round(e + per_block * d, 3) for e, d in zip(base.elapsed, base.delays)]
-            yield SpeechTranslation(**{**asdict(base), "source": path, "elapsed": elapsed},
-                                    delays_ms=[available[d - 1] if d else 0.0 for d in base.delays],
-                                    duration_ms=duration, encoder_ms=round(encoder_ms, 3),
-                                    adapter_ms=round(adapter_ms, 3))
+            per_block = (f["encoder_ms"] + f["adapter_ms"]) / f["blocks"] if f["blocks"] else 0.0
+            elapsed = [round(e + per_block * (f["blocks_read"][d - 1] if d else 0), 3)
+                       for e, d in zip(base.elapsed, base.delays)]
+            yield SpeechTranslation(**{**asdict(base), "source": f["path"], "elapsed": elapsed},
+                                    delays_ms=[f["available"][d - 1] if d else 0.0 for d in base.delays],
+                                    duration_ms=f["duration"], encoder_ms=round(f["encoder_ms"], 3),
+                                    adapter_ms=round(f["adapter_ms"], 3), unit=self.unit,
+                                    heard=base.source if self.speller is not None else "")
 
     # ---- streaming -------------------------------------------------------------------------------------------
     def session(self, layout: str = "interleaved", policy: str = "wait-k", **kwargs) -> "SpeechSession":
@@ -315,7 +327,8 @@ class SpeechSession:
         compute = self.encoder.compute
         return SpeechTranslation(**asdict(base), delays_ms=delays_ms, duration_ms=compute.audio_ms,
                                  encoder_ms=round(1000 * (compute.encoder_seconds + compute.feature_seconds), 3),
-                                 adapter_ms=round(1000 * self.adapter_seconds, 3))
+                                 adapter_ms=round(1000 * self.adapter_seconds, 3), unit=self.owner.unit,
+                                 heard=base.source if self.spelling is not None else "")
 
 
 def block_delays_ms(config: StreamingEncoderConfig, num_samples: int) -> list[float]:

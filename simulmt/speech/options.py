@@ -52,8 +52,9 @@ class SpeechTrainOptions:
         "metavar": "N"})
     encoder_lr: float = field(default=1e-4, metadata={"help": "peak learning rate of the encoder's trained layers"})
     ctc_head: str = field(default="tied", metadata={
-        "help": "ctc: score the adapter against the LLM's token embeddings (tied) or a linear layer of its own, thrown "
-                "away after the stage (free: learns far faster, docs/speech-diagnosis.md)", "choices": CTC_HEADS})
+        "help": "ctc: score the adapter against the LLM's token embeddings (tied) or a linear layer of its own (free: "
+                "learns far faster, docs/speech-diagnosis.md; the model then reads the words the head spells, "
+                "docs/speech-cascade.md)", "choices": CTC_HEADS})
     steps: int = field(default=200, metadata={"help": "optimizer steps (align, simul)"})
     batch_size: int = field(default=8, metadata={"help": "utterances per step"})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (warmup a tenth, then cosine)"})

@@ -36,8 +36,8 @@ class SimulmtSpeechStates(AgentStates):
 
 class SimulmtSpeechAgent(SpeechToTextAgent):
     """``SimulmtSpeechAgent(args)`` loads ``args.speech_model``; ``SimulmtSpeechAgent(args, speech=...)`` uses a
-    loaded :class:`~simulmt.speech.model.SpeechTranslator`. Each finished utterance's result (delays in blocks and
-    ms, compute) is appended to ``self.translations``."""
+    loaded :class:`~simulmt.speech.model.SpeechTranslator`. Each finished utterance's result (delays in source units,
+    blocks or spelled words, and in ms; compute) is appended to ``self.translations``."""
 
     def __init__(self, args: Namespace | None = None, speech: SpeechTranslator | None = None):
         args = args if args is not None else Namespace()
@@ -54,8 +54,8 @@ class SimulmtSpeechAgent(SpeechToTextAgent):
         group.add_argument("--speech-model", required=True, help="a speech model folder (finetune-speech's DIR/model)")
         group.add_argument("--layout", default="interleaved")
         group.add_argument("--policy", default="wait-k", choices=("wait-k", "learned", "offline"))
-        group.add_argument("--k", type=int, default=3, help="wait-k: in blocks of audio, or in words for a model that reads the "
-                                                                 "words its CTC head spells")
+        group.add_argument("--k", type=int, default=3, help="wait-k: in blocks of audio, or in words for a model "
+                                                                "that reads the words its CTC head spells")
         group.add_argument("--tau", type=float, default=0.5, help="learned: the policy head's threshold")
 
     def build_states(self) -> SimulmtSpeechStates:

@@ -440,7 +440,8 @@ def _save_model(options: SpeechTrainOptions, adapter: SpeechAdapter, final: Path
                              target_lang=options.target_lang,
                              reads="embeddings" if speller is None else "ctc-words")
     (final / SPEECH_FILE).write_text(json.dumps(asdict(speech), indent=2) + "\n")
-    if head is None and options.speech_adapter is not None:
+    # a model that reads spelled words keeps its LLM adapter's text head, never the starting model's block head
+    if head is None and options.speech_adapter is not None and speller is None:
         previous = Path(options.speech_adapter) / HEAD_FILE
         if previous.is_file():
             (final / HEAD_FILE).write_bytes(previous.read_bytes())

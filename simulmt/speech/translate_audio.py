@@ -1,9 +1,11 @@
 """``simulmt translate --audio FILE --speech-model DIR``: words appear as the audio plays, with their audio time.
 
 The WAV file is fed to a speech session in pieces of one block, as a live stream would arrive; each written word
-is printed with the audio time it was written at (the delay: when the last block read before it was available)
-and the wall time spent so far. ``--jsonl`` prints one JSON object for the file: the prediction, delays in blocks
-and in ms, the compute (encoder, adapter, LLM) and the audio's duration.
+is printed with the audio time it was written at (the delay: when the last block read before it was available; for a
+model that reads spelled words, the block that completed the last word read) and the wall time spent so far.
+``--jsonl`` prints one JSON object for the file: the prediction, delays in source units (blocks or spelled words,
+``unit``) and in ms, the compute (encoder, adapter, LLM), the audio's duration, and what a CTC head spelled
+(``heard``).
 """
 
 from __future__ import annotations
