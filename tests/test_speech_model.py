@@ -246,7 +246,7 @@ def test_bench_on_audio_measures_rtf_and_streaming_against_offline(tmp_path, mon
         assert s["target_tokens"] == sum(r["target_tokens"] for r in runs) > 0
         assert s["same_output"] > 0
     assert cli.main(["bench", "--audio", str(tmp_path / "a.list"), "--policy", "read-n"]) == 2
-    assert "wait-k (over blocks) or learned" in capsys.readouterr().err
+    assert "wait-k (over blocks, or a spelling model's words) or learned" in capsys.readouterr().err
     assert cli.main(["bench", "--audio", str(tmp_path / "none.wav"), "--speech-model", str(tmp_path)]) == 1
     assert "not found" in capsys.readouterr().err
 
