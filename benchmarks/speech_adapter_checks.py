@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/speech_adapter_checks.py audio-use RUN [--utterances 60]
     .venv/bin/python benchmarks/speech_adapter_checks.py translate RUN --input text|oracle|best-path
+    .venv/bin/python benchmarks/speech_adapter_checks.py spell RUN --output DIR
 
 ``RUN`` is a speech stage's output folder run with ``--held-out N`` (its ``training.json`` names the corpus, the LLM
 and its adapter; its ``blocks`` cache is reused). The checks:
@@ -14,6 +15,10 @@ and its adapter; its ``blocks`` cache is reused). The checks:
   transcript's own token embeddings, entered as one embedded unit: the speech path with a perfect adapter) or
   ``best-path`` (the embeddings of the tokens a ctc run's free head spells, ``--ctc-head free``: a cascade through
   the CTC head, as one embedded unit). It tells what a given transcript quality is worth in translation.
+* ``spell`` (a ctc run with ``--ctc-head free``, whose model reads spelled words): the words its model spells for
+  every utterance of the corpus, as a line-aligned text corpus in DIR (``train.en``/``train.de``: the utterances
+  trained on; ``held-out.en``/``held-out.de``; an utterance that spells nothing is left out and counted), with the
+  word error rate against the transcripts: text to fine-tune the LLM on what the speech model will read.
 
 Runs that trained the encoder's top layers (``--encoder-layers``) are not supported.
 """
@@ -146,6 +151,37 @@ def translate(run: Path, source: str, utterances: int = 200, batch_size: int = 1
                          for item, text in zip(held[:4], written)]}
 
 
+def spell(run: Path, output: Path, **parts) -> dict:
+    """The words a ctc-words run's model spells for each utterance, written as parallel text (see the docstring)."""
+    from tqdm.auto import tqdm
+
+    from simulmt.speech.ctc import CTCScorer, token_error_rate
+    from simulmt.speech.spelled_words import SpelledWords, spelled_words, word_start_ids
+
+    options, translator, items, adapter = load_run(run, **parts)
+    scorer = CTCScorer.load(run / "model")
+    starts = word_start_ids(translator.tokenizer, scorer.vocab)
+    spelling = lambda: SpelledWords(scorer, translator.tokenizer.decode, starts)  # noqa: E731
+    output.mkdir(parents=True, exist_ok=True)
+    held = len(items) - options.held_out
+    report: dict = {"run": str(run), "output": str(output)}
+    for name, part in (("train", items[:held]), ("held-out", items[held:])):
+        heard, kept, silent = [], [], 0
+        for item in tqdm(part, desc=f"spell: {name}", unit="utt"):
+            with torch.no_grad():
+                words, _ = spelled_words(spelling, [adapter(b) for b in item.blocks])
+            heard.append(words)
+            if words:
+                kept.append((" ".join(words), item.target))
+            else:
+                silent += 1
+        (output / f"{name}.en").write_text("".join(f"{en}\n" for en, _ in kept))
+        (output / f"{name}.de").write_text("".join(f"{de}\n" for _, de in kept))
+        report[name] = {"utterances": len(part), "written": len(kept), "spelled_nothing": silent,
+                        "word_error_rate": round(token_error_rate([i.source.split() for i in part], heard), 4)}
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="check", required=True)
@@ -156,10 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     mt.add_argument("run", type=Path)
     mt.add_argument("--input", dest="source", required=True, choices=("text", "oracle", "best-path"))
     mt.add_argument("--utterances", type=int, default=200)
+    sp = sub.add_parser("spell", help="the words a ctc-words model spells for every utterance, as parallel text")
+    sp.add_argument("run", type=Path)
+    sp.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
         if args.check == "audio-use":
             result = audio_use(args.run, args.utterances)
+        elif args.check == "spell":
+            result = spell(args.run, args.output)
         else:
             result = translate(args.run, args.source, args.utterances)
     except SimulmtError as error:

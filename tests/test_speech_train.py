@@ -348,6 +348,23 @@ def test_the_adapter_checks_read_a_runs_held_out_utterances(corpus, parts, tmp_p
         checks.translate(tmp_path / "align", "best-path", **parts)  # an align run has no ctc head
     with pytest.raises(SimulmtError, match="align run"):
         checks.audio_use(tmp_path / "ctc", **parts)
+    # spell: the ctc run's model's words for every utterance, as parallel text (training part and held-out part)
+    from simulmt.speech.ctc import CTCScorer
+    from simulmt.speech.spelled_words import SpelledWords, spelled_words, word_start_ids
+
+    report = checks.spell(tmp_path / "ctc", tmp_path / "spelled", **parts)
+    tok = parts["translator"].tokenizer
+    scorer = CTCScorer.load(tmp_path / "ctc" / "model")
+    adapter = SpeechAdapter.load(tmp_path / "ctc" / "model")
+    _, _, items, _ = checks.load_run(tmp_path / "ctc", **parts)
+    expected = [" ".join(spelled_words(lambda: SpelledWords(scorer, tok.decode, word_start_ids(tok, scorer.vocab)),
+                                       [adapter(b).detach() for b in item.blocks])[0]) for item in items]
+    for name, part in (("train", slice(0, 1)), ("held-out", slice(1, 3))):
+        written = (tmp_path / "spelled" / f"{name}.en").read_text().splitlines()
+        assert written == [e for e in expected[part] if e]
+        assert len((tmp_path / "spelled" / f"{name}.de").read_text().splitlines()) == len(written)
+        assert report[name]["written"] + report[name]["spelled_nothing"] == len(range(3)[part])
+        assert report[name]["word_error_rate"] >= 0
 
 
 def test_shipping_a_model_that_reads_spelled_words(corpus, parts, tmp_path, monkeypatch):
