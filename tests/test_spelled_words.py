@@ -202,6 +202,7 @@ def test_the_demo_and_translate_audio_show_a_spelling_model_s_words(tmp_path, mo
     from simulmt.speech.synth import write_wav
 
     sp = spelling_speech()
+    monkeypatch.setattr(sp.translator, "policy_head", None)  # the demo streams wait-k when there is no head
     monkeypatch.setattr(speech_model.SpeechTranslator, "load", classmethod(lambda cls, folder, **kw: sp))
     assert cli.main(["demo", "--audio", "--speech-model", str(tmp_path), "--k", "2"]) == 0
     shown = capsys.readouterr().out
