@@ -117,14 +117,10 @@ def translate(run: Path, source: str, utterances: int = 200, batch_size: int = 1
             return embed(torch.tensor(ids, dtype=torch.long)).float()
 
     if source == "best-path":
-        checkpoint = run / "checkpoint.pt"
-        if options.stage != "ctc" or options.ctc_head != "free" or not checkpoint.is_file():
-            raise SimulmtError(f"--input best-path reads a ctc run with --ctc-head free and its checkpoint; {run} "
-                               f"is a {options.stage} run (ctc head {options.ctc_head})")
-        train = items[: len(items) - options.held_out]
-        vocab = sorted({t for item in train for t in tokenizer(item.source, add_special_tokens=False)["input_ids"]})
-        scorer = CTCScorer(vocab, torch.zeros(len(vocab), adapter.config.llm_dim), "free")
-        scorer.load_state_dict(torch.load(checkpoint, weights_only=False)["extra"])
+        if options.stage != "ctc" or options.ctc_head != "free":
+            raise SimulmtError(f"--input best-path reads a ctc run with --ctc-head free (its model keeps the head); "
+                               f"{run} is a {options.stage} run (ctc head {options.ctc_head})")
+        scorer = CTCScorer.load(run / "model")
 
     def units(item) -> list[torch.Tensor]:
         if source == "oracle":

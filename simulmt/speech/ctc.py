@@ -7,16 +7,18 @@ scaled) of the transcript's vocabulary, plus one learned blank, and CTC aligns t
 tokens. No LLM forward runs, so a step costs about a tenth of an align step, and the adapter's outputs should move
 next to the embeddings of the words spoken, which is where the align stage wants them.
 
-Only the adapter is kept (``SpeechAdapter.save``); the blank and the score scale live in the stage's checkpoint.
-Training sees the blocks streaming emits, each mapped alone, as every speech stage does.
+A tied scorer is thrown away after the stage: only the adapter is kept (``SpeechAdapter.save``; the blank and the
+score scale live in the stage's checkpoint). A free head is kept with the model (``CTCScorer.save``), which then
+reads the words the head spells (simulmt.speech.spelled_words). Training sees the blocks streaming emits, each mapped
+alone, as every speech stage does.
 
 Scoring against the LLM's fixed rows (``head="tied"``) turned out to be what stops the stage: on 2,000 spoken
 captions its best path's held-out token error rate stays at 0.78 after 400 steps, while the same adapter with a free
-linear layer over the same vocabulary (``head="free"``, learned from scratch and then thrown away) reaches 0.39
+linear layer over the same vocabulary (``head="free"``, learned from scratch) reaches 0.39
 (docs/speech-diagnosis.md). The free head leaves the adapter's output space arbitrary (align then has to map it into
 the LLM's), but its convolutions have learned to pick the tokens out of the audio. Neither start made 200 align
-steps teach the frozen LLM to read the audio; the free head's best path, fed to the LLM as its own token
-embeddings, translates far better than any aligned adapter so far (same page).
+steps teach the frozen LLM to read the audio; the free head's best path, read by the LLM as text, translates far
+better than any aligned adapter (same page; docs/speech-cascade.md).
 """
 
 from __future__ import annotations

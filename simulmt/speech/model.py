@@ -278,19 +278,18 @@ class SpeechSession:
             self.t0 = time.perf_counter()
         started = time.perf_counter()
         embeddings = self.owner.embed([b.frames for b in blocks])
+        self.blocks += blocks
         words: list[str] = []
         if self.spelling is not None:  # the units are the words the CTC head spells
             for block, frames in zip(blocks, embeddings):
                 new = self.spelling.push(frames)
                 words += new
                 self.units_ms += [block.available_ms] * len(new)
-            if finished:
+            if finished:  # the word left is complete at the end of the audio
                 new = self.spelling.finish()
                 words += new
-                last = (blocks or self.blocks)[-1].available_ms if (blocks or self.blocks) else 0.0
-                self.units_ms += [last] * len(new)
+                self.units_ms += [self.blocks[-1].available_ms if self.blocks else 0.0] * len(new)
         self.adapter_seconds += time.perf_counter() - started
-        self.blocks += blocks
         if self.spelling is not None:
             if words or finished:
                 self.text.push(words, finished=finished)

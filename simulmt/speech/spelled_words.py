@@ -72,11 +72,12 @@ class SpelledWords:
         return words
 
 
-def spelled_words(speller: Callable[[], SpelledWords], blocks: list[torch.Tensor]) -> tuple[list[str], list[int]]:
-    """A whole utterance's words (its blocks' adapter frames, in order; ``speller`` makes a fresh spelling state)
+def spelled_words(new_spelling: Callable[[], SpelledWords], blocks: list[torch.Tensor]
+                  ) -> tuple[list[str], list[int]]:
+    """A whole utterance's words (its blocks' adapter frames, in order; ``new_spelling`` makes a fresh state)
     and, for each, the index of the block that completed it (the last block for the word only the end completes):
     what streaming gives, word for word."""
-    spelling = speller()
+    spelling = new_spelling()
     words: list[str] = []
     completed: list[int] = []
     for b, frames in enumerate(blocks):
