@@ -49,8 +49,8 @@ def assert_same(single, batched):
     a, b = single.result(), batched.result()
     assert b.prediction == a.prediction
     assert b.delays == a.delays
-    assert (b.tokens_fed, b.forward_calls, b.cache_crops, b.refed_tokens) == (a.tokens_fed, a.forward_calls,
-                                                                               a.cache_crops, a.refed_tokens)
+    assert (b.tokens_fed, b.forward_calls, b.cache_crops, b.refed_tokens, b.speculated, b.speculated_kept) == (
+        a.tokens_fed, a.forward_calls, a.cache_crops, a.refed_tokens, a.speculated, a.speculated_kept)
     assert b.flops == pytest.approx(a.flops)
     assert b.error == a.error
     assert len(single.proposals) == len(batched.proposals)

@@ -311,6 +311,7 @@ def test_decision_forwards_skip_the_lm_head_only_where_no_proposal_can_use_it(la
     from simulmt.core.stream import Stream
 
     tr = tiny_interleaved_translator("gemma3")
+    monkeypatch.setattr(Stream, "speculate", False)  # guesses ask for rows of their own (tests/test_speculation.py)
     torch.manual_seed(1)
     head = PolicyHead(torch.randn(2, tr.model.config.hidden_size), torch.zeros(2))
     rows = []

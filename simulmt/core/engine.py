@@ -5,8 +5,8 @@
             -> NEEDS_MODEL: a ForwardRequest (keep the first N cached tokens, feed these placed tokens)
             all requests of the round are served by ONE forward over the batched cache (``BatchKVCache``):
             per-row crop (a length), every new token a packed query with its own position id and its mask from
-            the same visibility rule, the logits (and last hidden state) of each stream's last token (the LM head
-            runs only on the rows whose request asks for logits).
+            the same visibility rule, the logits (and last hidden state) of each stream's last token, and of the
+            tokens it fed as a guess of what its layout places next (stream.py) (the LM head runs only on the rows that ask for logits).
 
 A new stream whose first request starts with a prompt the engine has computed before takes that prompt's keys and
 values from the engine's ``PromptCache`` (prompt_cache.py) instead of computing them again.
@@ -142,22 +142,28 @@ class Engine:
         visible = visible_rows(q_index[:, None], q_target[:, None], self.cache.key_sides(),
                                torch.repeat_interleave(sees, torch.tensor(counts)))[:, 0]  # (N, K)
         distances = self._distances(requests, counts, visible, q_index, q_target) if self.runner.alibi else None
-        last = torch.cumsum(torch.tensor(counts), 0) - 1  # each stream's last query
+        ends = torch.cumsum(torch.tensor(counts), 0)
+        answered = [1 + r.speculative for _, r in requests]  # the list's last query, and each guessed one
+        last = torch.cat([torch.arange(e - n, e) for e, n in zip(ends.tolist(), answered)])
         features = any(s.wants_features for s, _ in requests)
-        wanted = [r.logits for _, r in requests]  # rows whose logits are asked for (the LM head runs on those)
+        wanted = [r.logits for _, r in requests for _ in range(1 + r.speculative)]  # the LM head runs on those
         embedded = [s.embedding_of(t.token_id) for (s, _), f in zip(requests, fed) for t in f if t.token_id < 0]
         logits, hidden = self.runner.forward_packed(ids, positions, visible, q_index, last, self.cache, features,
                                                     distances=distances,
                                                     embedded=torch.stack(embedded) if embedded else None,
                                                     head_rows=None if all(wanted) else torch.tensor(wanted))
-        starts = [0] + last.add(1).tolist()[:-1]
+        starts = [0] + ends.tolist()[:-1]
         pairs = visible.sum(dim=1).tolist()
-        row_logits = iter(logits)
-        for i, ((stream, _), n) in enumerate(zip(requests, counts)):
-            flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), int(wanted[i]))
+        logit_rows, answer = 0, 0  # where each stream's rows begin in ``logits`` and in ``hidden``
+        for i, ((stream, request), n) in enumerate(zip(requests, counts)):
+            answers = answered[i]
+            flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), answers * request.logits)
             if shared[i]:  # a stream's compute count is that of its whole request (prompt_cache.py)
                 flops += self.runner.compute.flops(shared[i], shared[i] * (shared[i] + 1) // 2, 0)
-            stream.receive(next(row_logits) if wanted[i] else None, flops, hidden[i] if hidden is not None else None)
+            stream.receive(logits[logit_rows:logit_rows + answers] if request.logits else None, flops,
+                           hidden[answer:answer + answers] if hidden is not None else None)
+            logit_rows += answers * request.logits
+            answer += answers
         s = self.stats
         s.forwards += 1
         s.rows += len(rows)

@@ -23,7 +23,16 @@ The loop (the policy decides, the layout places, the sampler chooses)::
 What to feed is generic: the stream compares the layout's placed list with the list its cache row holds and asks
 to keep their common prefix and feed the rest. For ``expost`` this is the one-token rollback at word boundaries;
 for ``prefix`` the recompute of the new source and the whole target prefix. The stream keeps honest counts:
-tokens fed, FLOPs, forward calls, cache crops, re-fed tokens.
+tokens fed, FLOPs, forward calls, cache crops, re-fed tokens, guessed tokens.
+
+Guesses (speculative decoding with a free draft). A READ between two target words costs a forward that offline
+decoding does not have: the new source must be fed before the next proposal. The stream makes that forward also
+feed its guess of what comes next, placed as the layout would place it, and asks for the answers at those tokens
+too: after a READ, the target token the model wanted to write before it (or its best token that is not an end,
+when it ended its segment); with a learned policy, whose hidden state after a read is fed in a forward of its own,
+also the opener a WRITE would place. A guess the layout then places is in the cache already and its answer is at
+hand (no forward); a wrong one is dropped from the cache row at the next forward (not a crop of the layout's
+list). The output is exactly the same either way (``Stream.speculate = False``: tests/test_speculation.py).
 
 Decoding never writes garbage (each rule has a test in tests/test_decoding.py): special and markup tokens are
 never proposed; an end proposed before the source is finished is a READ under policies that allow it; a token
@@ -34,8 +43,9 @@ are bounded by ``DecodeConfig.max_target_tokens`` of the source tokens read, and
 
 from __future__ import annotations
 
+import copy
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
 
 import torch
@@ -112,6 +122,8 @@ class Translation:
     forward_calls: int = 0
     cache_crops: int = 0
     refed_tokens: int = 0
+    speculated: int = 0  # tokens fed ahead of the layout's list (a guess of what it places next; stream.py)
+    speculated_kept: int = 0  # of those, the tokens the layout then placed (the others were computed in vain)
     wall_ms: float = 0.0
     error: str | None = None
 
@@ -147,11 +159,14 @@ class Status(str, Enum):
 class ForwardRequest:
     """Keep the first ``keep`` cached tokens of the stream, feed ``tokens`` after them, return the logits of the
     last one (``logits=False``: only its hidden state, for a policy that decides on it and whose decision adds
-    tokens either way, so the LM head's row would be wasted)."""
+    tokens either way, so the LM head's row would be wasted). ``speculative``: the last tokens are a guess of what
+    the layout places next (placed as it would place them); the answer covers the last token of the list and each
+    of them, ``1 + speculative`` rows."""
 
     keep: int
     tokens: tuple[PlacedToken, ...]
     logits: bool = True
+    speculative: int = 0
 
 
 @dataclass(frozen=True)
@@ -162,6 +177,8 @@ class Step:
 
 
 class Stream:
+    speculate = True  # feed guesses of what the layout places next (the output is the same; False: to measure them)
+
     def __init__(self, tokenizer, fmt: PromptFormat, layout: Layout, policy: Policy, vocabulary: Vocabulary,
                  config: DecodeConfig = DecodeConfig(), *, sampler: Sampler | None = None,
                  forced: list[tuple[int, int]] | None = None, record: bool = False, model_name: str = "",
@@ -177,9 +194,11 @@ class Stream:
         self.max_positions = max_positions
         self.wants_features = bool(getattr(policy, "wants_features", False))
         self.state = layout.start(fmt)
-        self.fed: list[PlacedToken] = []  # what the stream's cache row holds, in order
-        self.last_logits: torch.Tensor | None = None
-        self.features: torch.Tensor | None = None  # last hidden state of the last token fed
+        self.fed: list[PlacedToken] = []  # what the stream's cache row holds, in order (a guess may end it)
+        self.outputs: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}  # the last forward's answer:
+        # context length (tokens of ``fed`` up to and including the token) -> (logits, last hidden state)
+        self.draft: int | None = None  # after a READ: the target token the model is guessed to write next
+        self.guessed = 0  # the last tokens of ``fed`` that were fed as a guess (``ForwardRequest.speculative``)
         self.pending: ForwardRequest | None = None
         self.source_words: list[str] = []
         self.units: list[tuple[int, ...]] = []  # token ids per source unit (ids < 0: rows of ``embeddings``)
@@ -190,6 +209,7 @@ class Stream:
         self.current_delay = 0
         self.held: int | None = None  # a proposal not yet acted on
         self._held_logprob = 0.0
+        self._scores: torch.Tensor | None = None  # what the last proposal was chosen from (for a draft)
         self.accepted = 0  # target tokens accepted (index into ``forced``)
         self.target_tokens: list[int] = []  # every target token accepted, in order
         self.target_logprobs: list[float] = []  # the sampler's log-probability of each
@@ -200,6 +220,7 @@ class Stream:
         self.choices: dict[int, int] = {}  # context length (placed tokens) -> the token the sampler chose there
         self.error: SimulmtError | None = None  # set by an engine when the stream failed
         self.tokens_fed = self.forward_calls = self.cache_crops = self.refed_tokens = 0
+        self.speculated = self.speculated_kept = 0
         self.flops = 0.0
         self.proposals: list[Proposal] = []
         self.t0: float | None = None
@@ -258,6 +279,20 @@ class Stream:
         return StreamState(self.state.units_read, self.source_finished, len(self.written), self.segment_reads,
                            self.segment_words, self.model_ended_segment, self.features)
 
+    @property
+    def features(self) -> torch.Tensor | None:
+        """The last hidden state of the layout's last placed token, if the last forward returned it."""
+        output = self._output()
+        return None if output is None else output[1]
+
+    def _output(self) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+        """The model's answer (logits, hidden state) at the layout's last placed token, if the cache row holds the
+        layout's whole list (and perhaps a draft after it) and the last forward answered there."""
+        n = len(self.state.tokens)
+        if n not in self.outputs or common_prefix_length(self.fed, self.state.tokens) != n:
+            return None
+        return self.outputs[n]
+
     # ---- the loop --------------------------------------------------------------------------------------------
     def step(self) -> Step:
         """Act until the model or more source is needed, or the sentence is done."""
@@ -285,7 +320,8 @@ class Stream:
                     self.held = self.fmt.end_id
                 else:
                     self.layout.open_target(self.state)
-                    logits = self._logits()
+                    self._settle_guesses()
+                    logits = self._logits(draft=True)
                     if logits is None:
                         return Status.NEEDS_MODEL
                     self.held = self._propose(logits)
@@ -328,54 +364,94 @@ class Stream:
         return action
 
     # ---- the model side --------------------------------------------------------------------------------------
-    def _logits(self) -> torch.Tensor | None:
+    def _logits(self, draft: bool = False) -> torch.Tensor | None:
         """The logits of the layout's last placed token if the cache row holds the whole list; otherwise post a
-        ``ForwardRequest`` (keep the common prefix, feed the rest) and return None."""
+        ``ForwardRequest`` (keep the common prefix, feed the rest) and return None. ``draft``: a proposal is asked
+        for; if a READ dropped one (``self.draft``), it is fed after the list as a guess (speculative decoding with
+        the old proposal as the draft): proposed again, it needs no forward of its own."""
+        output = self._output()
+        if output is not None and output[0] is not None:
+            return output[0]
         target = self.state.tokens
-        keep = common_prefix_length(self.fed, target)
-        if keep == len(target) == len(self.fed) and self.last_logits is not None:
-            return self.last_logits
-        keep = min(keep, len(target) - 1)  # at least the last token is fed: its logits are needed
+        keep = min(common_prefix_length(self.fed, target), len(target) - 1)  # the last token's logits are needed
         new = tuple(target[keep:])
         if self.max_positions is not None and max(t.position for t in new) >= self.max_positions:
             raise ContextOverflowError(
                 f"the stream needs position id {max(t.position for t in new)}, beyond the model's context of "
                 f"{self.max_positions} positions; split the input into shorter lines (or use a smaller slot / phi)")
-        self.pending = ForwardRequest(keep, new)
+        guess = None
+        if draft and self.speculate and self.draft is not None and not self.current and target[-1].role.target_side:
+            guess = self.layout.placed_write(self.state, self.draft, len(self.written))
+            if self.max_positions is not None and guess.position >= self.max_positions:
+                guess = None
+        if draft:
+            self.draft = None  # one guess per READ
+        self.pending = ForwardRequest(keep, new + (guess,) if guess else new, speculative=int(guess is not None))
         return None
 
     def _features_at_hand(self) -> bool:
         """Is the hidden state of the layout's last placed token at hand? If not, post a ``ForwardRequest`` for it.
-        Its logits are asked for only when a WRITE could use them: a READ places more source, and a WRITE in a
-        layout whose target is not open places the opener first (``open_target``), so either way the next
-        proposal comes from a later forward and this one needs no LM head row."""
-        target = self.state.tokens
-        keep = common_prefix_length(self.fed, target)
-        if keep == len(target) == len(self.fed) and self.features is not None:
+        In a layout whose target is not open, a WRITE places the opener first (``open_target``): the request then
+        also feeds, as a guess, the opener and the token the model is guessed to write after it (``draft``), so
+        that a WRITE needs no forward of its own; a READ drops them. Without a guess to make, its logits are not
+        asked for (the next proposal comes from a later forward either way)."""
+        if self.features is not None:
             return True
         if self._logits() is None and not self.state.opened:
-            self.pending = replace(self.pending, logits=False)
+            guesses = self._opening_guess() if self.speculate else ()
+            self.pending = replace(self.pending, tokens=self.pending.tokens + guesses, speculative=len(guesses),
+                                   logits=bool(guesses))
         return self.pending is None
 
+    def _opening_guess(self) -> tuple[PlacedToken, ...]:
+        """What ``open_target`` would place now, and the draft after it (a scratch copy of the layout's state)."""
+        scratch = copy.copy(self.state)
+        for f in fields(scratch):
+            if isinstance(getattr(scratch, f.name), list):
+                setattr(scratch, f.name, list(getattr(scratch, f.name)))
+        self.layout.open_target(scratch)
+        n = len(self.state.tokens)
+        if scratch.tokens[:n] != self.state.tokens or len(scratch.tokens) == n:
+            return ()
+        if self.draft is not None:
+            scratch.tokens.append(self.layout.placed_write(scratch, self.draft, len(self.written)))
+        guesses = tuple(scratch.tokens[n:])
+        if self.max_positions is not None and guesses[-1].position >= self.max_positions:
+            return ()
+        return guesses
+
     def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None) -> None:
-        """The engine served the pending request: the cache row now holds the layout's list (``logits`` None when
-        the request asked for none)."""
+        """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
+        if any were fed). ``logits`` (1 + speculative, vocab), None when the request asked for none; ``features``
+        (1 + speculative, hidden): the last hidden states, when the policy wants them."""
         request, self.pending = self.pending, None
         if request is None:
             raise SimulmtError("receive() without a pending forward request")
-        if request.keep < len(self.fed):
+        if request.keep < len(self.fed) - self.guessed:  # a crop of the layout's list (not only of a guess)
             dropped = set(self.fed[request.keep:])
             self.cache_crops += 1
             self.refed_tokens += sum(t in dropped for t in request.tokens)
         self.fed = self.fed[: request.keep] + list(request.tokens)
-        self.last_logits, self.features = logits, features
+        self.guessed = request.speculative
+        rows = 1 + request.speculative
+        first = len(self.fed) - rows + 1  # context length of the first answered token
+        self.outputs = {first + i: (None if logits is None else logits[i], None if features is None else features[i])
+                        for i in range(rows)}
         self.tokens_fed += len(request.tokens)
         self.forward_calls += 1
+        self.speculated += request.speculative
         self.flops += flops
+
+    def _settle_guesses(self) -> None:
+        """The layout placed more tokens: those that are the guesses the cache row holds are the layout's now."""
+        start = len(self.fed) - self.guessed
+        while self.guessed and len(self.state.tokens) > start and self.state.tokens[start] == self.fed[start]:
+            self.guessed, self.speculated_kept, start = self.guessed - 1, self.speculated_kept + 1, start + 1
 
     # ---- steps -----------------------------------------------------------------------------------------------
     def _read(self) -> None:
         self.layout.read(self.state, self.units[self.state.units_read])
+        self.draft = self._guess()
         self.held = None
         if self.model_ended_segment:  # reads count from the end of a segment, an empty one too (read-n: n more)
             self.segment_reads = 0
@@ -388,11 +464,12 @@ class Stream:
             self.current_delay = self.state.units_read
             self.segment_reads = 0
         self.layout.write(self.state, token, len(self.written))
+        self._settle_guesses()
         self.current.append(token)
         self.target_tokens.append(token)
         self.target_logprobs.append(self._held_logprob)
         self.accepted += 1
-        self.held = None
+        self.held = self._scores = None
 
     def _commit(self, words: list[WrittenWord]) -> None:
         if not self.current:
@@ -431,8 +508,9 @@ class Stream:
                 raise SimulmtError("teacher forcing ran past the forced target")
             token, self._held_logprob = self.sampler.choose(logits, self.accepted)
         else:
-            token, self._held_logprob = self.sampler.choose(self._allowed(logits), self.accepted)
-            self.choices[len(self.fed)] = token  # what the model chose, before any rule below overrides it
+            self._scores = self._allowed(logits)
+            token, self._held_logprob = self.sampler.choose(self._scores, self.accepted)
+            self.choices[len(self.state.tokens)] = token  # what the model chose, before any rule below overrides it
             if token in repeated_ngram_bans(self.target_tokens, self.config.no_repeat_ngram):
                 # the model wants to repeat itself: it has nothing new to say, which is an end proposal
                 # (a READ before the source is finished); where the policy forbids that, its next best token
@@ -443,8 +521,22 @@ class Stream:
                     scores[list(repeated_ngram_bans(self.target_tokens, self.config.no_repeat_ngram))] = -torch.inf
                     token, self._held_logprob = self.sampler.choose(scores, self.accepted)
         if self.record:
-            self.proposals.append(Proposal(tuple(self.fed), logits, token))
+            self.proposals.append(Proposal(tuple(self.state.tokens), logits, token))
         return token
+
+    def _guess(self) -> int | None:
+        """The token the model would write next if it could not end the segment here (its proposal before the
+        read, or its best token that is not an end): after a READ it often writes it all the same (a draft)."""
+        if self.forced is not None:
+            token = self.forced[self.accepted][0] if self.accepted < len(self.forced) else None
+            return None if token is None or self._is_end(token) else token
+        if self.held is not None and not self._is_end(self.held):
+            return self.held
+        if self._scores is None:
+            return None
+        stops = self.vocabulary.bias("stops")
+        best = int((self._scores[: len(stops)] + stops).argmax())
+        return None if self._scores[best] == float("-inf") else best
 
     def _allowed(self, logits: torch.Tensor) -> torch.Tensor:
         """The logits with what may not be proposed now set to -inf (additive biases: no per-step indexing)."""
@@ -477,5 +569,7 @@ class Stream:
             tokens_fed=self.tokens_fed, flops=self.flops, layout=self.layout.describe(),
             policy=self.policy.describe(), slot=getattr(self.layout, "slot", None), model=self.model_name,
             source_length=len(self.source_words), forward_calls=self.forward_calls, cache_crops=self.cache_crops,
-            refed_tokens=self.refed_tokens, wall_ms=round(wall, 3),
+            refed_tokens=self.refed_tokens, speculated=self.speculated,
+            speculated_kept=self.speculated_kept,
+            wall_ms=round(wall, 3),
             error=str(self.error) if self.error is not None else None)

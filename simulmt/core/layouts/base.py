@@ -68,8 +68,12 @@ class Layout(ABC):
     def write(self, state: LayoutState, token_id: int, word: int) -> None:
         if not state.tokens[-1].role.target_side:
             raise RuntimeError(f"{self.name}: write before open_target")
-        state.tokens.append(PlacedToken(token_id, state.next_position, Role.TARGET, word))
+        state.tokens.append(self.placed_write(state, token_id, word))
         state.target_written = True
+
+    def placed_write(self, state: LayoutState, token_id: int, word: int) -> PlacedToken:
+        """The token ``write`` would place now (a stream feeds it as a draft before the token is accepted)."""
+        return PlacedToken(token_id, state.next_position, Role.TARGET, word)
 
     def write_end(self, state: LayoutState, token_id: int) -> None:
         state.tokens.append(PlacedToken(token_id, state.next_position, Role.END))

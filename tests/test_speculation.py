@@ -1,0 +1,127 @@
+"""Guesses (stream.py, "Guesses") change the cost of streaming, never its output.
+
+After a READ the stream feeds, with the new source, the target token it guesses the model will write next (and, for
+a learned policy, the opener a WRITE would place). Every run here is made twice, with ``Stream.speculate`` on and
+off: predictions, delays, every proposal's context, token and logits must be the same; only forwards and tokens
+fed may differ, and they must add up (tokens fed = the same tokens + the guesses the layout did not place).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import SOURCE, TARGET, forced_tokens, tiny_interleaved_translator, tiny_translator
+from simulmt.core.engine import Engine, run_batched
+from simulmt.core.layouts import Conversation, Expost, GroupPositions, Interleaved, NaiveReuse, PrefixRecompute
+from simulmt.core.learned_policy import Learned, PolicyHead
+from simulmt.core.policies import ReadN, Scheduled, WaitK, wait_k_delays
+from simulmt.core.stream import Stream
+from tiny_models import CORPUS
+
+TOLERANCE = 1e-5  # float32, relative to the largest logit
+SOURCES = [line for line in CORPUS if line.split()][:4]
+TEXT_MIX = [(Expost(slot=4), WaitK(1)), (Expost(slot=16), WaitK(3)), (PrefixRecompute(), WaitK(2)),
+            (GroupPositions(phi=300), WaitK(2)), (Conversation(), ReadN(2, max_segment_words=2)),
+            (NaiveReuse(), WaitK(2))]
+
+
+def head_for(tr, seed: int = 1) -> PolicyHead:
+    torch.manual_seed(seed)
+    return PolicyHead(torch.randn(2, tr.model.config.hidden_size), torch.zeros(2))
+
+
+def run(monkeypatch, tr, text, layout, policy, speculate: bool, **kwargs):
+    monkeypatch.setattr(Stream, "speculate", speculate)
+    session = tr.session(layout, policy, record=True, **kwargs)
+    session.run(text)
+    return session
+
+
+def assert_same_output(off, on):
+    a, b = off.result(), on.result()
+    assert (b.prediction, b.delays, b.error) == (a.prediction, a.delays, a.error)
+    assert len(on.proposals) == len(off.proposals)
+    for p, q in zip(off.proposals, on.proposals):
+        assert p.context == q.context and p.token == q.token
+        scale = max(1.0, float(p.logits.abs().max()))
+        assert float((p.logits - q.logits).abs().max()) <= TOLERANCE * scale
+    assert (a.speculated, a.speculated_kept) == (0, 0)
+    assert 0 <= b.speculated_kept <= b.speculated
+    assert b.tokens_fed == a.tokens_fed + b.speculated - b.speculated_kept
+    assert b.forward_calls <= a.forward_calls
+    assert (b.cache_crops, b.refed_tokens) == (a.cache_crops, a.refed_tokens)  # a wrong guess is not a crop
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_guesses_change_nothing_but_the_forwards_in_every_text_layout(monkeypatch, arch):
+    tr = tiny_translator(arch)
+    saved = kept = 0
+    for i, (layout, policy) in enumerate(TEXT_MIX):
+        text = SOURCES[i % len(SOURCES)]
+        off = run(monkeypatch, tr, text, layout, policy, False)
+        on = run(monkeypatch, tr, text, layout, policy, True)
+        assert_same_output(off, on)
+        saved += off.forward_calls - on.forward_calls
+        kept += on.result().speculated_kept
+    assert kept > 0 and saved == kept  # each guess the layout placed saved exactly one forward
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_guesses_in_the_interleaved_layout_with_wait_k_and_a_learned_policy(monkeypatch, arch):
+    """With a learned policy the forward that feeds what was read (for its hidden state) also feeds the opener
+    and the draft: a WRITE then needs no forward of its own, a READ drops them."""
+    tr = tiny_interleaved_translator(arch)
+    layout = Interleaved()
+    results = []
+    for policy in (WaitK(2), Learned(0.5, head_for(tr)), Learned(0.3, head_for(tr, 2))):
+        for text in SOURCES[:3]:
+            off = run(monkeypatch, tr, text, layout, policy, False)
+            on = run(monkeypatch, tr, text, layout, policy, True)
+            assert_same_output(off, on)
+            results.append((policy, off.result(), on.result()))
+    learned = [(a, b) for p, a, b in results if isinstance(p, Learned)]
+    assert sum(b.speculated_kept for _, b in learned) > 0
+    assert sum(a.forward_calls - b.forward_calls for a, b in learned) > 0
+    assert any(b.speculated > b.speculated_kept for _, _, b in results)  # wrong guesses happen, and cost no crop
+
+
+def test_a_teacher_forced_guess_is_always_right(monkeypatch):
+    """Teacher forcing knows the next token: every guess is placed, and each saves the forward of its own."""
+    tr = tiny_translator("llama")
+    layout = Expost(slot=16)
+    delays = wait_k_delays(1, len(SOURCE.split()), len(TARGET.split()))
+    forced = forced_tokens(tr.training_examples(layout, SOURCE, TARGET, delays)[0], tr.fmt.end_id)
+    off = run(monkeypatch, tr, SOURCE, layout, Scheduled(tuple(delays)), False, forced=forced)
+    on = run(monkeypatch, tr, SOURCE, layout, Scheduled(tuple(delays)), True, forced=forced)
+    assert_same_output(off, on)
+    b = on.result()
+    assert b.speculated > 0 and b.speculated_kept == b.speculated
+    assert off.forward_calls - on.forward_calls == b.speculated
+
+
+def test_batched_streams_guess_as_one_stream_does():
+    """A batch with guesses in several rows at once: every stream equals itself run alone."""
+    tr = tiny_interleaved_translator("llama")
+    head = head_for(tr)
+    jobs = [(SOURCES[i % len(SOURCES)], Learned(0.5, head) if i % 2 else WaitK(1 + i % 3)) for i in range(6)]
+    alone = []
+    for text, policy in jobs:
+        session = tr.session(Interleaved(), policy, record=True)
+        session.run(text)
+        alone.append(session)
+    streams = []
+    for text, policy in jobs:
+        stream = tr.new_stream(Interleaved(), policy, record=True)
+        stream.push(text.split(), finished=True)
+        streams.append(stream)
+    run_batched(streams, Engine(tr.runner), batch_size=4)
+    for a, b in zip(alone, streams):
+        ra, rb = a.result(), b.result()
+        assert (rb.prediction, rb.delays) == (ra.prediction, ra.delays)
+        assert (rb.forward_calls, rb.tokens_fed, rb.speculated, rb.speculated_kept) == (
+            ra.forward_calls, ra.tokens_fed, ra.speculated, ra.speculated_kept)
+        for p, q in zip(a.proposals, b.proposals):
+            assert p.context == q.context and p.token == q.token
+            assert float((p.logits - q.logits).abs().max()) <= TOLERANCE * max(1.0, float(p.logits.abs().max()))
+    assert sum(s.result().speculated for s in streams) > 0
