@@ -244,7 +244,8 @@ def test_bench_on_audio_measures_rtf_and_streaming_against_offline(tmp_path, mon
         # the report rounds the RTF to 4 decimals: up to half a unit of the last one off
         assert s["rtf"] == pytest.approx(sum(r["wall_ms"] for r in runs) / 1000 / 2.8, rel=1e-3, abs=5.01e-5)
         assert s["target_tokens"] == sum(r["target_tokens"] for r in runs) > 0
-        assert s["same_output"] > 0
+        assert s["same_output"] > 0 and s["same_output_all_compute"] > 0
+        assert s["forwards_per_token"] >= s["offline_replay_forwards_per_token"] > 0
     assert cli.main(["bench", "--audio", str(tmp_path / "a.list"), "--policy", "read-n"]) == 2
     assert "wait-k (over blocks, or a spelling model's words) or learned" in capsys.readouterr().err
     assert cli.main(["bench", "--audio", str(tmp_path / "none.wav"), "--speech-model", str(tmp_path)]) == 1
