@@ -112,6 +112,7 @@ def merge_translations(parts: Sequence[Translation]) -> Translation:
         layout=first.layout, policy=first.policy, slot=first.slot, model=first.model,
         source_length=words_before, forward_calls=sum(p.forward_calls for p in parts),
         cache_crops=sum(p.cache_crops for p in parts), refed_tokens=sum(p.refed_tokens for p in parts),
+        speculated=sum(p.speculated for p in parts), speculated_kept=sum(p.speculated_kept for p in parts),
         wall_ms=round(ms_before, 3), error="; ".join(errors) or None)
 
 

@@ -181,8 +181,8 @@ class Engine:
         if self.prompts is None or request.keep != 0:
             return 0
         key = prompt_key(request.tokens)
-        if key is None:
-            return 0
+        if key is None or len(request.tokens) - len(key) < 1 + request.speculative:
+            return 0  # (every answered token must be computed)
         entry = self.prompts.get(key) if self.cache.layers_ready else None
         if entry is None:
             if not any(k == key for _, k, _ in to_store):

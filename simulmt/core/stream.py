@@ -356,7 +356,7 @@ class Stream:
         point = replace(state, features=None)
         if self._decision is not None and self._decision[0] == point:
             return self._decision[1]
-        consults = getattr(self.policy, "consults_head", None)  # without it, the features of the last forward
+        consults = getattr(self.policy, "consults_head", None)  # without it: the features, if they are at hand
         if self.wants_features and consults is not None and consults(state) and not self._features_at_hand():
             return None
         action = self.policy.decide(state)
@@ -428,7 +428,7 @@ class Stream:
         if request is None:
             raise SimulmtError("receive() without a pending forward request")
         if request.keep < len(self.fed) - self.guessed:  # a crop of the layout's list (not only of a guess)
-            dropped = set(self.fed[request.keep:])
+            dropped = set(self.fed[request.keep:len(self.fed) - self.guessed])  # (not a guess the layout left)
             self.cache_crops += 1
             self.refed_tokens += sum(t in dropped for t in request.tokens)
         self.fed = self.fed[: request.keep] + list(request.tokens)
@@ -445,6 +445,8 @@ class Stream:
     def _settle_guesses(self) -> None:
         """The layout placed more tokens: those that are the guesses the cache row holds are the layout's now."""
         start = len(self.fed) - self.guessed
+        if not self.guessed or common_prefix_length(self.fed, self.state.tokens) < start:
+            return  # (the layout changed before them: they are not its tokens, whatever they look like)
         while self.guessed and len(self.state.tokens) > start and self.state.tokens[start] == self.fed[start]:
             self.guessed, self.speculated_kept, start = self.guessed - 1, self.speculated_kept + 1, start + 1
 

@@ -127,7 +127,8 @@ def instance_record(index: int, translation: Translation, reference: str) -> dic
               "source": translation.source, "source_length": translation.source_length,
               "tokens_fed": translation.tokens_fed, "flops": translation.flops, "wall_ms": translation.wall_ms,
               "forward_calls": translation.forward_calls, "cache_crops": translation.cache_crops,
-              "refed_tokens": translation.refed_tokens}
+              "refed_tokens": translation.refed_tokens, "speculated": translation.speculated,
+              "speculated_kept": translation.speculated_kept}
     if hasattr(translation, "delays_ms"):  # speech: SimulEval's speech log, delays and source length in ms
         record.update({"delays": translation.delays_ms, "source_length": translation.duration_ms,
                        f"delays_{translation.unit}": translation.delays, "encoder_ms": translation.encoder_ms,
