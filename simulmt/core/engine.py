@@ -5,8 +5,9 @@
             -> NEEDS_MODEL: a ForwardRequest (keep the first N cached tokens, feed these placed tokens)
             all requests of the round are served by ONE forward over the batched cache (``BatchKVCache``):
             per-row crop (a length), every new token a packed query with its own position id and its mask from
-            the same visibility rule, the logits (and last hidden state) of each stream's last token, and of the
-            tokens it fed as a guess of what its layout places next (stream.py) (the LM head runs only on the rows that ask for logits).
+            the same visibility rule, the logits (and last hidden state) of each stream's last token and of the
+            tokens it fed as a guess of what its layout places next (stream.py); the LM head runs only on the
+            rows that ask for logits.
 
 A new stream whose first request starts with a prompt the engine has computed before takes that prompt's keys and
 values from the engine's ``PromptCache`` (prompt_cache.py) instead of computing them again.

@@ -277,7 +277,7 @@ class Stream:
 
     def stream_state(self) -> StreamState:
         return StreamState(self.state.units_read, self.source_finished, len(self.written), self.segment_reads,
-                           self.segment_words, self.model_ended_segment, self.features)
+                           self.segment_words, self.model_ended_segment, self.features if self.wants_features else None)
 
     @property
     def features(self) -> torch.Tensor | None:
@@ -285,11 +285,14 @@ class Stream:
         output = self._output()
         return None if output is None else output[1]
 
-    def _output(self) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+    def _output(self, kept: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
         """The model's answer (logits, hidden state) at the layout's last placed token, if the cache row holds the
-        layout's whole list (and perhaps a draft after it) and the last forward answered there."""
+        layout's whole list (and perhaps a guess after it) and the last forward answered there. ``kept``: the
+        common prefix length of the two lists, when the caller has it."""
         n = len(self.state.tokens)
-        if n not in self.outputs or common_prefix_length(self.fed, self.state.tokens) != n:
+        if n not in self.outputs:
+            return None
+        if (common_prefix_length(self.fed, self.state.tokens) if kept is None else kept) != n:
             return None
         return self.outputs[n]
 
@@ -369,11 +372,12 @@ class Stream:
         ``ForwardRequest`` (keep the common prefix, feed the rest) and return None. ``draft``: a proposal is asked
         for; if a READ dropped one (``self.draft``), it is fed after the list as a guess (speculative decoding with
         the old proposal as the draft): proposed again, it needs no forward of its own."""
-        output = self._output()
+        target = self.state.tokens
+        kept = common_prefix_length(self.fed, target)
+        output = self._output(kept)
         if output is not None and output[0] is not None:
             return output[0]
-        target = self.state.tokens
-        keep = min(common_prefix_length(self.fed, target), len(target) - 1)  # the last token's logits are needed
+        keep = min(kept, len(target) - 1)  # the last token's logits are needed
         new = tuple(target[keep:])
         if self.max_positions is not None and max(t.position for t in new) >= self.max_positions:
             raise ContextOverflowError(
@@ -571,7 +575,6 @@ class Stream:
             tokens_fed=self.tokens_fed, flops=self.flops, layout=self.layout.describe(),
             policy=self.policy.describe(), slot=getattr(self.layout, "slot", None), model=self.model_name,
             source_length=len(self.source_words), forward_calls=self.forward_calls, cache_crops=self.cache_crops,
-            refed_tokens=self.refed_tokens, speculated=self.speculated,
-            speculated_kept=self.speculated_kept,
+            refed_tokens=self.refed_tokens, speculated=self.speculated, speculated_kept=self.speculated_kept,
             wall_ms=round(wall, 3),
             error=str(self.error) if self.error is not None else None)
