@@ -1,8 +1,9 @@
 """What the stream's guesses save (simulmt/core/stream.py, "Guesses"), with a real model, in one run.
 
-Every input is streamed twice, with ``Stream.speculate`` off and on, side by side; the outputs must be identical
-(the script stops if a prediction differs). Prints, per configuration: LLM forward calls and wall ms per target
-token, off and on, their ratio, and how many guessed tokens the layout placed::
+Every input is streamed three times side by side: guesses off (``Stream.speculate``), the draft alone
+(``Stream.alternatives = 0``), and the draft with its alternatives (``--alternatives``, the default 2); the outputs
+must be identical (the script stops if a prediction differs). Prints, per configuration: LLM forward calls and wall
+ms per target token in each run, the ratio of the last to off, and how many guessed tokens the layout placed::
 
     .venv/bin/python benchmarks/speculation.py --source ../shared/data/multi30k/test2016.en --lines 20
     .venv/bin/python benchmarks/speculation.py --audio runs/s16/test2016/test300.list --lines 20   # speech
@@ -24,14 +25,15 @@ from simulmt.core.policies import make_policy
 from simulmt.core.stream import Stream
 
 
-def _stream(make, speculate: bool):
-    Stream.speculate = speculate
+def _stream(make, speculate: bool, alternatives: int):
+    saved = Stream.speculate, Stream.alternatives
+    Stream.speculate, Stream.alternatives = speculate, alternatives
     try:
         start = time.perf_counter()
         session, result = make()
         return session, result, (time.perf_counter() - start) * 1000
     finally:
-        Stream.speculate = True
+        Stream.speculate, Stream.alternatives = saved
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tau", type=float, default=0.5)
     parser.add_argument("--dtype", default="float16-packed")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--alternatives", type=int, default=Stream.alternatives)
     args = parser.parse_args(argv)
     if bool(args.source) == bool(args.audio):
         parser.error("give --source or --audio")
@@ -79,27 +82,34 @@ def main(argv: list[str] | None = None) -> int:
                 return session, session.run(x)
             configurations.append((name, make))
     print(f"{len(inputs)} inputs, {args.dtype}, {torch.get_num_threads()} threads", file=sys.stderr)
-    print("| configuration | target tokens | forwards / token off | on | ms / token off | on | on/off | guesses "
-          "placed / fed |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    runs = (("off", False, 0), ("draft", True, 0), (f"+{args.alternatives} alternatives", True, args.alternatives))
+    print(f"| configuration | target tokens | forwards / token: {' | '.join(n for n, _, _ in runs)} | ms / token: "
+          f"{' | '.join(n for n, _, _ in runs)} | last / off | guesses placed / fed: "
+          f"{' | '.join(n for n, _, _ in runs[1:])} |")
+    print("|---|---:" + "|---:" * (2 * len(runs) + 1 + len(runs) - 1) + "|")
     for name, make in configurations:
         make(inputs[0])  # warm-up
-        tokens = forwards_off = forwards_on = kept = guessed = 0
-        ms_off = ms_on = 0.0
+        tokens = 0
+        forwards, ms, kept, guessed = ([0.0] * len(runs) for _ in range(4))
         for x in inputs:
-            _, off, t_off = _stream(lambda: make(x), False)
-            session, on, t_on = _stream(lambda: make(x), True)
-            if on.prediction != off.prediction or on.delays != off.delays:
-                raise SystemExit(f"{name}: guesses changed the output of {x if isinstance(x, str) else 'a clip'}: "
-                                 f"{off.prediction!r} -> {on.prediction!r}")
-            n = len(session.target_tokens)
-            tokens += n
-            forwards_off, forwards_on = forwards_off + off.forward_calls, forwards_on + on.forward_calls
-            ms_off, ms_on = ms_off + t_off, ms_on + t_on
-            kept, guessed = kept + on.speculated_kept, guessed + on.speculated
-        print(f"| {name} | {tokens} | {forwards_off / tokens:.2f} | {forwards_on / tokens:.2f} | "
-              f"{ms_off / tokens:.1f} | {ms_on / tokens:.1f} | {ms_on / ms_off:.2f} | {kept} / {guessed} |",
-              flush=True)
+            outputs = []
+            for i, (_, speculate, alternatives) in enumerate(runs):
+                session, result, t = _stream(lambda: make(x), speculate, alternatives)
+                outputs.append(result)
+                forwards[i] += result.forward_calls
+                ms[i] += t
+                kept[i] += result.speculated_kept
+                guessed[i] += result.speculated
+            off = outputs[0]
+            for on in outputs[1:]:
+                if on.prediction != off.prediction or on.delays != off.delays:
+                    raise SystemExit(f"{name}: guesses changed the output of "
+                                     f"{x if isinstance(x, str) else 'a clip'}: {off.prediction!r} -> "
+                                     f"{on.prediction!r}")
+            tokens += len(session.target_tokens)
+        print(f"| {name} | {tokens} | " + " | ".join(f"{f / tokens:.2f}" for f in forwards) + " | "
+              + " | ".join(f"{m / tokens:.1f}" for m in ms) + f" | {ms[-1] / ms[0]:.2f} | "
+              + " | ".join(f"{int(k)} / {int(g)}" for k, g in zip(kept[1:], guessed[1:])) + " |", flush=True)
     return 0
 
 

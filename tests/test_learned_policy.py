@@ -43,8 +43,11 @@ class RecordingSchedule:
         return Learned.consults_head(self, state)
 
     def decide(self, state: StreamState) -> Action:
-        if self.consults_head(state):
-            self.seen.append((state.source_read, state.features.clone()))
+        if self.consults_head(state):  # (asked again at the same point, e.g. by the engine: the same state)
+            if self.seen and self.seen[-1][0] == state.source_read:
+                assert torch.equal(self.seen[-1][1], state.features)
+            else:
+                self.seen.append((state.source_read, state.features.clone()))
         if state.source_finished:
             return Action.WRITE
         j = state.target_words

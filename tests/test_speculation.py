@@ -126,3 +126,53 @@ def test_batched_streams_guess_as_one_stream_does():
             assert p.context == q.context and p.token == q.token
             assert float((p.logits - q.logits).abs().max()) <= TOLERANCE * max(1.0, float(p.logits.abs().max()))
     assert sum(s.result().speculated for s in streams) > 0
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "mistral", "llama"])
+def test_an_alternative_the_layout_places_takes_the_guess_s_place(monkeypatch, arch):
+    """The draft's alternatives (the model's next choices) sit at the draft's position without seeing it; when the
+    layout places one, its keys move into the draft's cache slot and its answer is used. gemma3 and mistral slide
+    their attention windows (6 and 8 keys, shorter than these sentences): an alternative's window is the draft's."""
+    from simulmt.core.batch_cache import BatchKVCache
+
+    moves = []
+    move = BatchKVCache.move
+    monkeypatch.setattr(BatchKVCache, "move", lambda cache, row, a, b: (moves.append(a - b), move(cache, row, a, b)))
+    tr, tri = tiny_translator(arch), tiny_interleaved_translator(arch)
+    jobs = [(tr, layout, policy) for layout, policy in TEXT_MIX] + [
+        (tri, Interleaved(), WaitK(1)), (tri, Interleaved(), Learned(0.5, head_for(tri))),
+        (tri, Interleaved(), Learned(0.3, head_for(tri, 2)))]
+    kept = {}
+    for alternatives in (0, 2):
+        monkeypatch.setattr(Stream, "alternatives", alternatives)
+        kept[alternatives] = 0
+        for i, (t, layout, policy) in enumerate(jobs):
+            for text in (SOURCES[i % len(SOURCES)], SOURCES[(i + 1) % len(SOURCES)]):
+                off = run(monkeypatch, t, text, layout, policy, False)
+                on = run(monkeypatch, t, text, layout, policy, True)
+                assert_same_output(off, on)
+                assert off.forward_calls - on.forward_calls == on.result().speculated_kept
+                kept[alternatives] += on.result().speculated_kept
+    assert moves and set(moves) <= {1, 2}  # alternatives were placed (one or two slots after the draft)
+    assert kept[2] > kept[0]
+
+
+def test_a_learned_policy_that_reads_on_costs_no_lm_head(monkeypatch):
+    """The forward that feeds a unit for the policy's decision also feeds the guesses, whose logits are wanted
+    only if the policy writes: on a READ the engine skips the LM head (``ForwardRequest.logits_if``)."""
+    tr = tiny_interleaved_translator("llama")
+    hidden = tr.model.config.hidden_size
+    reads = Learned(0.5, PolicyHead(torch.zeros(2, hidden), torch.tensor([10.0, -10.0])))  # p(WRITE) ~ 0
+    received = []
+    receive = Stream.receive
+    monkeypatch.setattr(Stream, "receive", lambda self, logits, *a: (
+        received.append((self.source_finished, self.pending.speculative, logits is None)),
+        receive(self, logits, *a)))
+    off = run(monkeypatch, tr, SOURCES[0], Interleaved(), reads, False)
+    received.clear()
+    on = run(monkeypatch, tr, SOURCES[0], Interleaved(), reads, True)
+    assert_same_output(off, on)
+    decisions = [r for r in received if not r[0]]  # forwards before the whole source was read: the policy's
+    assert len(decisions) == len(SOURCES[0].split()) - 1 and all(s > 0 for _, s, _ in decisions)  # (with guesses)
+    assert all(no_logits for _, _, no_logits in decisions)
+    assert not any(no_logits for finished, _, no_logits in received if finished)

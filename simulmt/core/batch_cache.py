@@ -83,6 +83,18 @@ class BatchKVCache:
                     store[i] = t.index_select(0, keep.to(t.device))[:, :, :capacity].contiguous()
         self.capacity = capacity
 
+    def move(self, row: int, source: int, target: int) -> None:
+        """Copy the cached token at index ``source`` of a row to index ``target`` (a guessed alternative takes the
+        place of the guess it stood in for; stream.py). The row's length is unchanged: crop it after."""
+        if not 0 <= target < source < self.lengths[row]:
+            raise ValueError(f"cannot move cached token {source} of row {row} to {target}: it holds "
+                             f"{self.lengths[row]}")
+        self.target_side[row, target] = self.target_side[row, source]
+        for store in (self.keys, self.values):
+            for t in store:
+                if t is not None:
+                    t[row, :, target] = t[row, :, source]
+
     def crop(self, row: int, keep: int) -> None:
         if not 0 <= keep <= self.lengths[row]:
             raise ValueError(f"cannot keep {keep} cached tokens of row {row}: it holds {self.lengths[row]}")

@@ -78,6 +78,8 @@ class Engine:
             raise SimulmtError("a stream that was served by another engine cannot join this one")
         if stream.t0 is not None:  # the clock of a stream that waited in a queue starts when it joins
             stream.t0 = time.perf_counter()
+        if self.runner.alibi:  # its key distances count cache slots: an alternative is not in its guess's slot
+            stream.alternatives = 0
         self.streams.append(stream)
         self.cache.add_row()
 
@@ -129,6 +131,8 @@ class Engine:
         requests = sorted(requests, key=lambda sr: self._row(sr[0]))
         rows = [self._row(s) for s, _ in requests]
         for row, (_, request) in zip(rows, requests):
+            if request.move is not None and request.move[1] < request.keep:  # (else the crop drops it anyway)
+                self.cache.move(row, *request.move)
             self.cache.crop(row, request.keep)
         to_store: list[tuple[int, tuple, int]] = []  # (row, prompt key, length): prompts to keep after the forward
         shared = [self._share_prompt(row, request, to_store) for row, (_, request) in zip(rows, requests)]
@@ -142,28 +146,35 @@ class Engine:
         sees = torch.tensor([s.layout.visibility.source_sees_target for s, _ in requests])
         visible = visible_rows(q_index[:, None], q_target[:, None], self.cache.key_sides(),
                                torch.repeat_interleave(sees, torch.tensor(counts)))[:, 0]  # (N, K)
-        distances = self._distances(requests, counts, visible, q_index, q_target) if self.runner.alibi else None
         ends = torch.cumsum(torch.tensor(counts), 0)
-        answered = [1 + r.speculative for _, r in requests]  # the list's last query, and each guessed one
+        q_index = self._alternatives(requests, ends.tolist(), q_index, visible)
+        distances = self._distances(requests, counts, visible, q_index, q_target) if self.runner.alibi else None
+        answered = [1 + r.speculative + r.alternatives for _, r in requests]  # the list's last query, each guess
         last = torch.cat([torch.arange(e - n, e) for e, n in zip(ends.tolist(), answered)])
         features = any(s.wants_features for s, _ in requests)
-        wanted = [r.logits for _, r in requests for _ in range(1 + r.speculative)]  # the LM head runs on those
+        got = [r.logits for _, r in requests]  # which requests get logits (a ``logits_if`` may say no: no LM head)
+        conditional = any(r.logits and r.logits_if is not None for _, r in requests)
+
+        def head_rows(hidden: torch.Tensor) -> torch.Tensor:
+            first = torch.cumsum(torch.tensor([0] + answered[:-1]), 0).tolist()  # each request's first answer
+            got[:] = [r.logits and (r.logits_if is None or r.logits_if(hidden[i])) for (_, r), i in zip(requests, first)]
+            return torch.tensor([g for g, n in zip(got, answered) for _ in range(n)])
         embedded = [s.embedding_of(t.token_id) for (s, _), f in zip(requests, fed) for t in f if t.token_id < 0]
         logits, hidden = self.runner.forward_packed(ids, positions, visible, q_index, last, self.cache, features,
                                                     distances=distances,
                                                     embedded=torch.stack(embedded) if embedded else None,
-                                                    head_rows=None if all(wanted) else torch.tensor(wanted))
+                                                    head_rows=head_rows if conditional or not all(got) else None)
         starts = [0] + ends.tolist()[:-1]
         pairs = visible.sum(dim=1).tolist()
         logit_rows, answer = 0, 0  # where each stream's rows begin in ``logits`` and in ``hidden``
         for i, ((stream, request), n) in enumerate(zip(requests, counts)):
             answers = answered[i]
-            flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), answers * request.logits)
+            flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), answers * got[i])
             if shared[i]:  # a stream's compute count is that of its whole request (prompt_cache.py)
                 flops += self.runner.compute.flops(shared[i], shared[i] * (shared[i] + 1) // 2, 0)
-            stream.receive(logits[logit_rows:logit_rows + answers] if request.logits else None, flops,
+            stream.receive(logits[logit_rows:logit_rows + answers] if got[i] else None, flops,
                            hidden[answer:answer + answers] if hidden is not None else None)
-            logit_rows += answers * request.logits
+            logit_rows += answers * got[i]
             answer += answers
         s = self.stats
         s.forwards += 1
@@ -182,7 +193,7 @@ class Engine:
         if self.prompts is None or request.keep != 0:
             return 0
         key = prompt_key(request.tokens)
-        if key is None or len(request.tokens) - len(key) < 1 + request.speculative:
+        if key is None or len(request.tokens) - len(key) < 1 + request.speculative + request.alternatives:
             return 0  # (every answered token must be computed)
         entry = self.prompts.get(key) if self.cache.layers_ready else None
         if entry is None:
@@ -191,6 +202,23 @@ class Engine:
             return 0
         self.cache.copy_in(row, entry.keys, entry.values)
         return entry.length
+
+    @staticmethod
+    def _alternatives(requests, ends: list[int], q_index: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """Queries that are alternatives to a request's last guess (stream.py) see what that guess sees and
+        themselves: not the guess, nor the alternatives before them (``visible`` is changed in place). Returns the
+        key index each query is at for sliding windows: an alternative's is the guess's (it takes its place)."""
+        if not any(r.alternatives for _, r in requests):
+            return q_index
+        at = q_index.clone()
+        for (_, request), end in zip(requests, ends):
+            n = request.alternatives
+            if n:
+                slot = int(q_index[end - n - 1])  # the guess they stand in for
+                for q in range(end - n, end):
+                    visible[q, slot:int(q_index[q])] = False
+                at[end - n:end] = slot
+        return at
 
     def _distances(self, requests, counts, visible, q_index, q_target) -> torch.Tensor:
         """(N, K) ALiBi key distances of the packed queries, each by its own layout's rule (visibility.py)."""

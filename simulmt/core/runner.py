@@ -200,11 +200,12 @@ class ModelRunner:
     def forward_packed(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor,
                        q_index: torch.Tensor, last: torch.Tensor, cache, features: bool = False,
                        distances: torch.Tensor | None = None, embedded: torch.Tensor | None = None,
-                       head_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       head_rows=None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One forward for many streams (the batched engine), packed: ``ids``/``positions``/``q_index`` (N,), one
         query per batch row; ``visible`` (N, K); ``cache`` a ``BatchKVCache`` prepared for these queries;
         ``distances`` (N, K) for ALiBi models. Returns the logits (float32) of the queries ``last`` (R,), only of
-        those where the boolean ``head_rows`` (R,) is true when it is given, and, when ``features``, the last
+        those where the boolean ``head_rows`` (R,) is true when it is given (or a function of the (R, hidden) last
+        hidden states that returns it: which rows need the head can depend on them), and, when ``features``, the last
         hidden states of all R. ``embedded``: rows for the ids < 0 (``embed``)."""
         masks = render_row_masks(visible[:, None, :], q_index[:, None], self.attention_types, self.window,
                                  self.dtype, self.device, self.alibi,
@@ -214,6 +215,8 @@ class ModelRunner:
         out = self.decoder(**tokens, position_ids=positions[:, None].to(self.device),
                            attention_mask=masks, past_key_values=cache, use_cache=True)
         hidden = out.last_hidden_state[:, 0].index_select(0, last.to(self.device))  # (R, hidden), contiguous
+        if callable(head_rows):
+            head_rows = head_rows(hidden.float())
         heads = hidden if head_rows is None else hidden.index_select(0, head_rows.nonzero()[:, 0].to(self.device))
         logits = self.head(heads)
         if self.softcap:

@@ -34,6 +34,12 @@ also the opener a WRITE would place. A guess the layout then places is in the ca
 hand (no forward); a wrong one is dropped from the cache row at the next forward (not a crop of the layout's
 list). The output is exactly the same either way (``Stream.speculate = False``: tests/test_speculation.py).
 
+The draft is the model's first choice before the read; its next choices (``Stream.alternatives`` of them) are fed in
+the same forward as alternatives: each at the draft's place (same position id), seeing what the draft sees but not
+the draft nor each other (the engine's mask), so each one's answer is what it would be in the draft's place. When
+the layout places one of them, the stream asks the next forward to move its keys and values into the draft's cache
+slot (``ForwardRequest.move``) and uses its answer: its list is then as if that token had been fed there.
+
 Decoding never writes garbage (each rule has a test in tests/test_decoding.py): special and markup tokens are
 never proposed; an end proposed before the source is finished is a READ under policies that allow it; a token
 that only ends a segment (the layout's ``segment_ends``) is not proposed once the source is finished; a
@@ -45,7 +51,8 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 
 import torch
@@ -159,14 +166,19 @@ class Status(str, Enum):
 class ForwardRequest:
     """Keep the first ``keep`` cached tokens of the stream, feed ``tokens`` after them, return the logits of the
     last one (``logits=False``: only its hidden state, for a policy that decides on it and whose decision adds
-    tokens either way, so the LM head's row would be wasted). ``speculative``: the last tokens are a guess of what
-    the layout places next (placed as it would place them); the answer covers the last token of the list and each
-    of them, ``1 + speculative`` rows."""
+    tokens either way, so the LM head's row would be wasted). ``speculative``: the tokens after the list are a guess
+    of what the layout places next (placed as it would place them), and ``alternatives`` more after them are other
+    candidates for the guess's last token (same position id); the answer covers the last token of the list and each
+    guessed one, ``1 + speculative + alternatives`` rows."""
 
     keep: int
     tokens: tuple[PlacedToken, ...]
     logits: bool = True
     speculative: int = 0
+    alternatives: int = 0  # the last tokens stand in for the last guess: each sees what it sees, not it (nor each other)
+    move: tuple[int, int] | None = None  # before keeping: copy the cached token at index [0] to index [1]
+    logits_if: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the hidden state
+    # of the list's last token: are the logits wanted? (a learned policy that reads on needs none: no LM head)
 
 
 @dataclass(frozen=True)
@@ -178,6 +190,7 @@ class Step:
 
 class Stream:
     speculate = True  # feed guesses of what the layout places next (the output is the same; False: to measure them)
+    alternatives = 2  # the model's next choices fed beside the draft (0: the draft alone; an engine sets 0 for ALiBi)
 
     def __init__(self, tokenizer, fmt: PromptFormat, layout: Layout, policy: Policy, vocabulary: Vocabulary,
                  config: DecodeConfig = DecodeConfig(), *, sampler: Sampler | None = None,
@@ -197,8 +210,12 @@ class Stream:
         self.fed: list[PlacedToken] = []  # what the stream's cache row holds, in order (a guess may end it)
         self.outputs: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}  # the last forward's answer:
         # context length (tokens of ``fed`` up to and including the token) -> (logits, last hidden state)
-        self.draft: int | None = None  # after a READ: the target token the model is guessed to write next
-        self.guessed = 0  # the last tokens of ``fed`` that were fed as a guess (``ForwardRequest.speculative``)
+        self.drafts: tuple[int, ...] = ()  # after a READ: the target tokens the model is guessed to write next, best
+        # first (the first is fed as the guess, the others as its alternatives)
+        self.guessed = 0  # the last tokens of ``fed`` that were fed as a guess (speculative + alternatives)
+        self.alternates = 0  # of those, the last ones that are alternatives (``ForwardRequest.alternatives``)
+        self.alternate_outputs: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}  # index in ``fed``
+        self.move: tuple[int, int] | None = None  # an alternative the layout placed: its cache slot -> the guess's
         self.pending: ForwardRequest | None = None
         self.source_words: list[str] = []
         self.units: list[tuple[int, ...]] = []  # token ids per source unit (ids < 0: rows of ``embeddings``)
@@ -370,8 +387,8 @@ class Stream:
     def _logits(self, draft: bool = False) -> torch.Tensor | None:
         """The logits of the layout's last placed token if the cache row holds the whole list; otherwise post a
         ``ForwardRequest`` (keep the common prefix, feed the rest) and return None. ``draft``: a proposal is asked
-        for; if a READ dropped one (``self.draft``), it is fed after the list as a guess (speculative decoding with
-        the old proposal as the draft): proposed again, it needs no forward of its own."""
+        for; if a READ dropped one (``self.drafts``), it is fed after the list as a guess (speculative decoding with
+        the old proposal as the draft), its alternatives after it: proposed again, it needs no forward of its own."""
         target = self.state.tokens
         kept = common_prefix_length(self.fed, target)
         output = self._output(kept)
@@ -383,32 +400,38 @@ class Stream:
             raise ContextOverflowError(
                 f"the stream needs position id {max(t.position for t in new)}, beyond the model's context of "
                 f"{self.max_positions} positions; split the input into shorter lines (or use a smaller slot / phi)")
-        guess = None
-        if draft and self.speculate and self.draft is not None and not self.current and target[-1].role.target_side:
-            guess = self.layout.placed_write(self.state, self.draft, len(self.written))
-            if self.max_positions is not None and guess.position >= self.max_positions:
-                guess = None
+        guesses: tuple[PlacedToken, ...] = ()
+        if draft and self.speculate and self.drafts and not self.current and target[-1].role.target_side:
+            guesses = tuple(self.layout.placed_write(self.state, t, len(self.written)) for t in self.drafts)
+            if self.max_positions is not None and guesses[0].position >= self.max_positions:
+                guesses = ()
         if draft:
-            self.draft = None  # one guess per READ
-        self.pending = ForwardRequest(keep, new + (guess,) if guess else new, speculative=int(guess is not None))
+            self.drafts = ()  # one guess per READ
+        self.pending = ForwardRequest(keep, new + guesses, speculative=int(bool(guesses)),
+                                      alternatives=max(0, len(guesses) - 1), move=self.move)
         return None
 
     def _features_at_hand(self) -> bool:
         """Is the hidden state of the layout's last placed token at hand? If not, post a ``ForwardRequest`` for it.
         In a layout whose target is not open, a WRITE places the opener first (``open_target``): the request then
         also feeds, as a guess, the opener and the token the model is guessed to write after it (``draft``), so
-        that a WRITE needs no forward of its own; a READ drops them. Without a guess to make, its logits are not
-        asked for (the next proposal comes from a later forward either way)."""
+        that a WRITE needs no forward of its own; a READ drops them. Their logits are asked for only if the policy
+        writes on the hidden state the forward computes (``logits_if``: a READ costs no LM head), and not at all
+        without a guess to make (the next proposal comes from a later forward either way)."""
         if self.features is not None:
             return True
         if self._logits() is None and not self.state.opened:
-            guesses = self._opening_guess() if self.speculate else ()
-            self.pending = replace(self.pending, tokens=self.pending.tokens + guesses, speculative=len(guesses),
-                                   logits=bool(guesses))
+            guesses, alternatives = self._opening_guess() if self.speculate else ((), ())
+            state = self.stream_state()
+            writes = lambda hidden: self.policy.decide(replace(state, features=hidden)) is Action.WRITE  # noqa: E731
+            self.pending = replace(self.pending, tokens=self.pending.tokens + guesses + alternatives,
+                                   speculative=len(guesses), alternatives=len(alternatives), logits=bool(guesses),
+                                   logits_if=writes if guesses else None)
         return self.pending is None
 
-    def _opening_guess(self) -> tuple[PlacedToken, ...]:
-        """What ``open_target`` would place now, and the draft after it (a scratch copy of the layout's state)."""
+    def _opening_guess(self) -> tuple[tuple[PlacedToken, ...], tuple[PlacedToken, ...]]:
+        """What ``open_target`` would place now and the draft after it (a scratch copy of the layout's state), and
+        the draft's alternatives."""
         scratch = copy.copy(self.state)
         for f in fields(scratch):
             if isinstance(getattr(scratch, f.name), list):
@@ -416,13 +439,12 @@ class Stream:
         self.layout.open_target(scratch)
         n = len(self.state.tokens)
         if scratch.tokens[:n] != self.state.tokens or len(scratch.tokens) == n:
-            return ()
-        if self.draft is not None:
-            scratch.tokens.append(self.layout.placed_write(scratch, self.draft, len(self.written)))
-        guesses = tuple(scratch.tokens[n:])
+            return (), ()
+        drafts = tuple(self.layout.placed_write(scratch, t, len(self.written)) for t in self.drafts)
+        guesses = tuple(scratch.tokens[n:]) + drafts[:1]
         if self.max_positions is not None and guesses[-1].position >= self.max_positions:
-            return ()
-        return guesses
+            return (), ()
+        return guesses, drafts[1:]
 
     def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None) -> None:
         """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
@@ -435,29 +457,43 @@ class Stream:
             dropped = set(self.fed[request.keep:len(self.fed) - self.guessed])  # (not a guess the layout left)
             self.cache_crops += 1
             self.refed_tokens += sum(t in dropped for t in request.tokens)
+        self.move = None  # (the engine made it)
         self.fed = self.fed[: request.keep] + list(request.tokens)
-        self.guessed = request.speculative
-        rows = 1 + request.speculative
-        first = len(self.fed) - rows + 1  # context length of the first answered token
-        self.outputs = {first + i: (None if logits is None else logits[i], None if features is None else features[i])
-                        for i in range(rows)}
+        self.guessed, self.alternates = request.speculative + request.alternatives, request.alternatives
+        answers = [(None if logits is None else logits[i], None if features is None else features[i])
+                   for i in range(1 + request.speculative + request.alternatives)]
+        chain = len(self.fed) - request.alternatives  # tokens up to the last guess, in cache order
+        self.outputs = {chain - request.speculative + i: answers[i] for i in range(1 + request.speculative)}
+        self.alternate_outputs = {chain + i: answers[1 + request.speculative + i] for i in range(request.alternatives)}
         self.tokens_fed += len(request.tokens)
         self.forward_calls += 1
-        self.speculated += request.speculative
+        self.speculated += request.speculative + request.alternatives
         self.flops += flops
 
     def _settle_guesses(self) -> None:
-        """The layout placed more tokens: those that are the guesses the cache row holds are the layout's now."""
+        """The layout placed more tokens: those that are the guesses the cache row holds are the layout's now. Where
+        it placed an alternative instead of the last guess, the alternative takes the guess's place."""
         start = len(self.fed) - self.guessed
         if not self.guessed or common_prefix_length(self.fed, self.state.tokens) < start:
             return  # (the layout changed before them: they are not its tokens, whatever they look like)
-        while self.guessed and len(self.state.tokens) > start and self.state.tokens[start] == self.fed[start]:
+        while (self.guessed > self.alternates and len(self.state.tokens) > start
+               and self.state.tokens[start] == self.fed[start]):
             self.guessed, self.speculated_kept, start = self.guessed - 1, self.speculated_kept + 1, start + 1
+        if self.guessed - self.alternates != 1 or len(self.state.tokens) <= start:
+            return  # (the guesses are all placed, or the layout has not reached the last one yet)
+        slots = range(len(self.fed) - self.alternates, len(self.fed))
+        chosen = next((i for i in slots if self.fed[i] == self.state.tokens[start]), None)
+        if chosen is not None:  # the cache row holds it at ``chosen``; as if it had been fed at ``start``
+            self.move = (chosen, start)
+            self.fed = self.fed[:start] + [self.fed[chosen]]
+            self.outputs = {start + 1: self.alternate_outputs[chosen]}
+            self.guessed = self.alternates = 0
+            self.speculated_kept += 1
 
     # ---- steps -----------------------------------------------------------------------------------------------
     def _read(self) -> None:
         self.layout.read(self.state, self.units[self.state.units_read])
-        self.draft = self._guess()
+        self.drafts = self._guess()
         self.held = None
         if self.model_ended_segment:  # reads count from the end of a segment, an empty one too (read-n: n more)
             self.segment_reads = 0
@@ -530,19 +566,22 @@ class Stream:
             self.proposals.append(Proposal(tuple(self.state.tokens), logits, token))
         return token
 
-    def _guess(self) -> int | None:
-        """The token the model would write next if it could not end the segment here (its proposal before the
-        read, or its best token that is not an end): after a READ it often writes it all the same (a draft)."""
+    def _guess(self) -> tuple[int, ...]:
+        """The tokens the model would write next if it could not end the segment here, best first (its proposal
+        before the read, or its best token that is not an end, then its next choices, ``alternatives`` of them):
+        after a READ it often writes one of them all the same (a draft)."""
         if self.forced is not None:
             token = self.forced[self.accepted][0] if self.accepted < len(self.forced) else None
-            return None if token is None or self._is_end(token) else token
-        if self.held is not None and not self._is_end(self.held):
-            return self.held
+            return () if token is None or self._is_end(token) else (token,)
         if self._scores is None:
-            return None
-        stops = self.vocabulary.bias("stops")
-        best = int((self._scores[: len(stops)] + stops).argmax())
-        return None if self._scores[best] == float("-inf") else best
+            return (self.held,) if self.held is not None and not self._is_end(self.held) else ()
+        scores = self._scores[: len(self.vocabulary.stops)] + self.vocabulary.bias("stops")
+        first = () if self.held is None or self._is_end(self.held) else (self.held,)
+        if first:
+            scores[first[0]] = float("-inf")
+        best = torch.topk(scores, 1 + self.alternatives - len(first))
+        return (first + tuple(int(t) for t, v in zip(best.indices, best.values) if v > float("-inf")))[
+            : 1 + self.alternatives]
 
     def _allowed(self, logits: torch.Tensor) -> torch.Tensor:
         """The logits with what may not be proposed now set to -inf (additive biases: no per-step indexing)."""
