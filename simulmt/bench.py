@@ -97,6 +97,10 @@ class BenchOptions:
     speech_model: str | None = field(default=None, metadata={
         "help": "with --audio: a speech model folder (default: the shipped one)", "metavar": "DIR"})
     tau: float = field(default=0.5, metadata={"help": "with --audio and --policy learned: the policy's threshold"})
+    taus: str | None = field(default=None, metadata={
+        "help": "with --audio and --policy learned: several thresholds instead of --tau, comma-separated (one "
+                "configuration each; the report adds their mean, as EASiST averages over its latency levels)",
+        "metavar": "LIST"})
     threads: int | None = field(default=None, metadata={
         "help": "torch CPU threads (default: torch's choice); fix it to compare runs on a shared machine"})
     device: str | None = device_field()
@@ -142,8 +146,9 @@ class BenchOptions:
             if name not in ("wait-k", "learned"):
                 raise SimulmtError(f"--audio: policy {name!r}; speech streams with wait-k (over blocks, or a "
                                    f"spelling model's words) or learned")
-        if not 0 <= self.tau <= 1:
-            raise SimulmtError(f"--tau must be within 0..1, got {self.tau}")
+        for tau in self.tau_values:
+            if not 0 <= tau <= 1:
+                raise SimulmtError(f"--tau must be within 0..1, got {tau}")
         if self.k < 1:
             raise SimulmtError(f"--k must be at least 1, got {self.k}")
 
@@ -153,6 +158,18 @@ class BenchOptions:
             return [int(x) for x in _names(self.streams or "")]
         except ValueError:
             raise SimulmtError(f"--streams takes comma-separated integers, e.g. 1,4,16; got {self.streams!r}") from None
+
+    @property
+    def tau_values(self) -> tuple[float, ...]:
+        if self.taus is None:
+            return (self.tau,)
+        try:
+            values = tuple(float(x) for x in _names(self.taus))
+        except ValueError:
+            raise SimulmtError(f"--taus takes comma-separated numbers, e.g. 0.3,0.5,0.7; got {self.taus!r}") from None
+        if not values:
+            raise SimulmtError("--taus is empty")
+        return values
 
     @property
     def layout_names(self) -> tuple[str, ...]:
@@ -584,9 +601,9 @@ def _run_speech(options: BenchOptions) -> int:
             if name == "learned":
                 if speech.translator.policy_head is None:
                     raise SimulmtError(f"{folder} has no policy head: --policy learned needs one")
-                configurations.append((f"learned tau={options.tau}", make_policy("learned", tau=options.tau,
-                                                                                 head=speech.translator.policy_head),
-                                       {}))
+                configurations += [(f"learned tau={tau}", make_policy("learned", tau=tau,
+                                                                       head=speech.translator.policy_head), {})
+                                   for tau in options.tau_values]
             else:
                 configurations.append((f"wait-{options.k} ({speech.unit})", make_policy("wait-k", k=options.k), {}))
         print(f"simulmt bench: {len(clips)} utterances x {1 + len(configurations)} configurations (+ offline "

@@ -232,12 +232,15 @@ def test_bench_on_audio_measures_rtf_and_streaming_against_offline(tmp_path, mon
         write_wav(tmp_path / f"c{i}.wav", (audio(seconds, i) * 20000).astype(np.int16), 16000)
     (tmp_path / "a.list").write_text("c0.wav\nc1.wav\n")
     assert cli.main(["bench", "--audio", str(tmp_path / "a.list"), "--speech-model", str(tmp_path), "--policy",
-                     "wait-k,learned", "--k", "2", "--tau", "0.3", "--output", str(tmp_path / "b")]) == 0
+                     "wait-k,learned", "--k", "2", "--taus", "0.3,0.6", "--output", str(tmp_path / "b")]) == 0
     shown = capsys.readouterr().out
     assert "| wait-2 (blocks) |" in shown and "| learned tau=0.3 |" in shown and "| offline |" in shown
     bench = json.loads((tmp_path / "b" / "bench-speech.json").read_text())
     results = bench["results"]
-    assert set(results) == {"offline", "wait-2 (blocks)", "learned tau=0.3"}
+    assert set(results) == {"offline", "wait-2 (blocks)", "learned tau=0.3", "learned tau=0.6"}
+    mean = (results["learned tau=0.3"]["same_output_all_compute"]
+            + results["learned tau=0.6"]["same_output_all_compute"]) / 2
+    assert f"| learned, mean of 2 thresholds (EASiST's figure) |" in shown and f"| {mean:.2f}x |" in shown
     for name, s in results.items():
         runs = bench["runs"][name]
         assert s["utterances"] == 2 and s["audio_s"] == pytest.approx(2.8)
@@ -246,6 +249,8 @@ def test_bench_on_audio_measures_rtf_and_streaming_against_offline(tmp_path, mon
         assert s["target_tokens"] == sum(r["target_tokens"] for r in runs) > 0
         assert s["same_output"] > 0 and s["same_output_all_compute"] > 0
         assert s["forwards_per_token"] >= s["offline_replay_forwards_per_token"] > 0
+    assert cli.main(["bench", "--audio", str(tmp_path / "a.list"), "--policy", "learned", "--taus", "0.3,x"]) == 2
+    assert "--taus takes comma-separated numbers" in capsys.readouterr().err
     assert cli.main(["bench", "--audio", str(tmp_path / "a.list"), "--policy", "read-n"]) == 2
     assert "wait-k (over blocks, or a spelling model's words) or learned" in capsys.readouterr().err
     assert cli.main(["bench", "--audio", str(tmp_path / "none.wav"), "--speech-model", str(tmp_path)]) == 1
