@@ -36,6 +36,7 @@ class RecordingSchedule:
     delays: tuple[int, ...]
     seen: list = field(default_factory=list)
     name: ClassVar[str] = "recording"
+    per_arrival: ClassVar[bool] = False
     lets_model_end_segment: ClassVar[bool] = False
     wants_features: ClassVar[bool] = True
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from helpers import SOURCE, tiny_translator
 from simulmt.errors import SimulmtError
@@ -68,3 +69,35 @@ def test_read_n_delays_are_multiples_of_n(layout, n):
 def test_offline_writes_after_the_whole_source():
     result = tiny_translator("llama").translate(SOURCE, Expost(), Offline())
     assert result.delays and set(result.delays) == {X}
+
+
+def test_a_learned_policy_per_arrival_reads_what_came_with_the_unit_before_asking_its_head():
+    from simulmt.core.learned_policy import Learned, PolicyHead
+
+    head = PolicyHead(torch.zeros(2, 4), torch.tensor([-5.0, 5.0]))  # p(WRITE) ~ 1
+    features = torch.zeros(4)
+    for per_arrival, waiting, expected in ((True, 2, Action.READ), (True, 0, Action.WRITE), (False, 2, Action.WRITE)):
+        policy = Learned(0.5, head, per_arrival=per_arrival)
+        state = StreamState(3, False, 1, segment_reads=1, features=features, source_waiting=waiting)
+        assert policy.decide(state) is expected
+        assert policy.consults_head(state) is (expected is Action.WRITE)
+    # the end of a chunk, the start and a finished source do not depend on it
+    arriving = Learned(0.5, head, per_arrival=True)
+    assert arriving.decide(StreamState(3, True, 1, source_waiting=0)) is Action.WRITE
+    assert arriving.decide(StreamState(3, False, 2, segment_words=1, source_waiting=2)) is Action.WRITE
+
+
+def test_a_stream_counts_the_units_waiting_from_the_same_arrival():
+    tr = tiny_translator("llama")
+    stream = tr.new_stream("expost", WaitK(1))
+    stream.push(["a", "b", "c"], arrivals=[0, 0, 1])
+    stream.push(["d"])  # a new arrival of its own
+    waiting = []
+    for read in range(5):
+        stream.state.units_read = read
+        waiting.append(stream.stream_state().source_waiting)
+    assert waiting == [0, 1, 0, 0, 0]
+    with pytest.raises(SimulmtError, match="non-decreasing"):
+        stream.push(["e", "f"], arrivals=[5, 4])
+    with pytest.raises(SimulmtError, match="arrivals must number each"):
+        stream.push(["e"], arrivals=[1])  # earlier than the words before it

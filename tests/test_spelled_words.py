@@ -241,3 +241,60 @@ def test_evaluating_a_spelling_model_logs_words_and_what_was_heard(tmp_path):
     assert [(r["prediction"], r["delays"], r["heard"]) for r in records] == [
         (r["prediction"], r["delays"], r["heard"]) for r in again]
     assert all(r["elapsed"] == sorted(r["elapsed"]) for r in again)
+
+
+def test_a_learned_policy_decides_once_per_block_on_its_last_word(tmp_path, monkeypatch):
+    """EASiST decides once per speech block: the learned policy reads the words a block brought before it asks its
+    head (on the last of them), live in pieces of any size and batched alike; per word it asks more often."""
+    from test_speech_model import audio
+
+    from simulmt.core.learned_policy import Learned, PolicyHead
+    from simulmt.core.stream import Stream
+    from simulmt.speech.synth import write_wav
+
+    sp = spelling_speech("gemma3")
+    d = sp.translator.model.config.hidden_size
+    sp.translator.policy_head = PolicyHead(torch.randn(2, d, generator=torch.Generator().manual_seed(3)),
+                                           torch.zeros(2))
+    asked = []  # (units read, waiting) wherever the head was consulted
+    decide = Learned.decide
+    monkeypatch.setattr(Learned, "decide", lambda self, state: (
+        asked.append((state.source_read, state.source_waiting)) if self.consults_head(state) else None,
+        decide(self, state))[1])
+    clips = [audio(s, seed) for seed, s in enumerate([2.3, 3.1])]
+    per_block, per_word = [], []
+    for x, piece in zip(clips, [1000, 130]):
+        asked.clear()
+        r = sp.translate(x, "interleaved", "learned", tau=0.4, piece_ms=piece)
+        assert r.error is None and r.source_length > 1
+        blocks = sp.embed(sp.encode(x))
+        _, arrived = spelled_words(sp.spelling, blocks, end=len(blocks))  # the end's word: an arrival of its own
+        last = {i + 1 for i in range(len(arrived)) if i + 1 == len(arrived) or arrived[i + 1] != arrived[i]}
+        assert asked and all(read in last and waiting == 0 for read, waiting in asked), (asked, arrived)
+        per_block.append((r, len(set(asked))))
+        monkeypatch.setattr(sp, "decide_per_block", False)
+        asked.clear()
+        w = sp.translate(x, "interleaved", "learned", tau=0.4, piece_ms=piece)
+        monkeypatch.setattr(sp, "decide_per_block", True)
+        per_word.append((w, len(set(asked))))
+    assert sum(n for _, n in per_word) > sum(n for _, n in per_block)  # some block brought two words or more
+    # a head that always reads: the same output either way, and a forward per block instead of one per word
+    head = sp.translator.policy_head
+    sp.translator.policy_head = PolicyHead(torch.zeros(2, d), torch.tensor([9.0, -9.0]))
+    block_wise = sp.translate(clips[1], "interleaved", "learned", tau=0.4)
+    monkeypatch.setattr(sp, "decide_per_block", False)
+    word_wise = sp.translate(clips[1], "interleaved", "learned", tau=0.4)
+    monkeypatch.setattr(sp, "decide_per_block", True)
+    assert (word_wise.prediction, word_wise.delays) == (block_wise.prediction, block_wise.delays)
+    assert word_wise.forward_calls > block_wise.forward_calls
+    sp.translator.policy_head = head
+    paths = []
+    for n, x in enumerate(clips):
+        paths.append(tmp_path / f"u{n}.wav")
+        write_wav(paths[-1], (x * 32767).astype(np.int16), 16000)
+    one = list(sp.translate_iter(paths, layout="interleaved", policy="learned", tau=0.4))
+    batched = list(sp.translate_iter(paths, batch_size=2, layout="interleaved", policy="learned", tau=0.4))
+    for (live, _), a, b in zip(per_block, one, batched):
+        assert (a.prediction, a.delays, a.delays_ms) == (b.prediction, b.delays, b.delays_ms)
+        assert (a.prediction, a.delays) == (live.prediction, live.delays)
+    assert Stream.alternatives == 2  # (nothing above changed the class)

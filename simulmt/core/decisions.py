@@ -21,3 +21,4 @@ class StreamState:
     segment_words: int = 0  # words written since the last read
     model_ended_segment: bool = False  # the model proposed an end token before the source finished
     features: Any = None  # last hidden state of the last token fed (for policies with ``wants_features = True``)
+    source_waiting: int = 0  # units that arrived together with the last one read and are not read yet

@@ -6,6 +6,11 @@ p >= ``tau``. Once it writes, the model writes a chunk until it ends it itself (
 end-of-write token, or any end token), then the policy reads again. Sweeping ``tau`` from low to high moves along
 the latency-quality curve: a low threshold writes early, a high one waits.
 
+``per_arrival``: decide once per arrival of source, on the last unit of it (EASiST decides once per speech block):
+while units that arrived with the one just read are waiting, read them first. A live speech stream gets its words
+block by block; deciding between two words that came in the same block would cost a forward (for the hidden state)
+and gain no time, since both were there at once. (Text pushed as a whole sentence is one arrival: off for text.)
+
 The head is plain data (two tensors), trained apart from the model on hidden states of training sequences
 (``simulmt.finetune.policy_head``) and saved beside the adapter as ``policy_head.safetensors``. The same head works
 for text (a unit is a word) and for speech (a unit is a block of audio frames).
@@ -74,6 +79,7 @@ class Learned:
 
     tau: float = 0.5
     head: PolicyHead | None = None  # None only to describe a policy (the evaluation grid); deciding needs one
+    per_arrival: bool = False  # decide on the last unit of each arrival only (see the module docstring)
     name: ClassVar[str] = "learned"
     lets_model_end_segment: ClassVar[bool] = True
     wants_features: ClassVar[bool] = True
@@ -85,7 +91,7 @@ class Learned:
     def consults_head(self, state: StreamState) -> bool:
         """Will ``decide`` look at the hidden state? (The stream then feeds what was read before asking.)"""
         return not (state.source_finished or state.model_ended_segment or state.segment_words > 0
-                    or state.source_read == 0)
+                    or state.source_read == 0 or (self.per_arrival and state.source_waiting > 0))
 
     def decide(self, state: StreamState) -> Action:
         if state.source_finished:
@@ -94,7 +100,7 @@ class Learned:
             return Action.READ
         if state.segment_words > 0:  # a chunk the model has not ended: it goes on writing
             return Action.WRITE
-        if state.source_read == 0:
+        if state.source_read == 0 or (self.per_arrival and state.source_waiting > 0):
             return Action.READ
         if self.head is None:
             raise SimulmtError(NO_HEAD)

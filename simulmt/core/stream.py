@@ -219,6 +219,7 @@ class Stream:
         self.pending: ForwardRequest | None = None
         self.source_words: list[str] = []
         self.units: list[tuple[int, ...]] = []  # token ids per source unit (ids < 0: rows of ``embeddings``)
+        self.arrivals: list[int] = []  # per source unit: which arrival brought it (units of one arrival came at once)
         self.embeddings: list[torch.Tensor] = []  # what embedded source tokens carry (speech frames)
         self.stream_finished = False
         self.written: list[WrittenWord] = []
@@ -243,10 +244,16 @@ class Stream:
         self.t0: float | None = None
 
     # ---- the source side -------------------------------------------------------------------------------------
-    def push(self, words: list[str], finished: bool = False) -> None:
-        """More source words arrived (``finished``: none will follow)."""
+    def push(self, words: list[str], finished: bool = False, arrivals: list[int] | None = None) -> None:
+        """More source words arrived (``finished``: none will follow). They arrived at once, unless ``arrivals``
+        numbers each word's arrival (non-decreasing; e.g. the speech block that completed it): a policy may decide
+        once per arrival (``StreamState.source_waiting``)."""
         if self.stream_finished:
             raise SimulmtError("the source of this stream has already finished")
+        if arrivals is not None and (len(arrivals) != len(words) or arrivals != sorted(arrivals)
+                                     or (self.arrivals and arrivals and arrivals[0] < self.arrivals[-1])):
+            raise SimulmtError(f"arrivals must number each of the {len(words)} words, in non-decreasing order after "
+                               f"the earlier ones; got {arrivals}")
         for word in words:
             try:
                 word.encode("utf-8")
@@ -256,6 +263,7 @@ class Stream:
         if self.t0 is None:
             self.t0 = time.perf_counter()
         self.units += source_units(self.tokenizer, self.fmt, words, first_index=len(self.source_words))
+        self.arrivals += arrivals if arrivals is not None else [self._next_arrival()] * len(words)
         self.source_words += words
         self.stream_finished = finished
         if finished and not self.source_words:  # an empty line: an empty translation, no model call
@@ -277,12 +285,16 @@ class Stream:
             if block.dim() != 2 or block.shape[0] == 0:
                 raise SimulmtError(f"an embedded unit is a (frames >= 1, hidden) tensor, got {tuple(block.shape)}")
         self.units += embedded_units([b.shape[0] for b in blocks], first_row=len(self.embeddings))
+        self.arrivals += [self._next_arrival() + i for i in range(len(blocks))]  # a block is an arrival of its own
         self.embeddings += [row for block in blocks for row in block.detach()]
         self.source_words += labels if labels is not None else [f"<unit {len(self.source_words) + i}>"
                                                                 for i in range(len(blocks))]
         self.stream_finished = finished
         if finished and not self.source_words:
             self.done = True
+
+    def _next_arrival(self) -> int:
+        return self.arrivals[-1] + 1 if self.arrivals else 0
 
     def embedding_of(self, token_id: int) -> torch.Tensor:
         """The embedding an embedded source token (id < 0) carries."""
@@ -293,8 +305,12 @@ class Stream:
         return self.stream_finished and self.state.units_read == len(self.units)
 
     def stream_state(self) -> StreamState:
-        return StreamState(self.state.units_read, self.source_finished, len(self.written), self.segment_reads,
-                           self.segment_words, self.model_ended_segment, self.features if self.wants_features else None)
+        read = self.state.units_read
+        waiting = 0
+        while read and read + waiting < len(self.units) and self.arrivals[read + waiting] == self.arrivals[read - 1]:
+            waiting += 1
+        return StreamState(read, self.source_finished, len(self.written), self.segment_reads, self.segment_words,
+                           self.model_ended_segment, self.features if self.wants_features else None, waiting)
 
     @property
     def features(self) -> torch.Tensor | None:

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from simulmt.core.learned_policy import HEAD_FILE, PolicyHead
+from simulmt.core.learned_policy import HEAD_FILE, Learned, PolicyHead
 from simulmt.core.session import StreamingSession, Translation, WrittenWord
 from simulmt.errors import SimulmtError
 from simulmt.speech.adapter import SpeechAdapter
@@ -96,6 +96,8 @@ def _adapter_of(folder: Path, adapter: str | None) -> str:
 
 
 class SpeechTranslator:
+    decide_per_block = True  # a learned policy decides on the last word each block brings (False: after every word)
+
     def __init__(self, translator, encoder, extractor, adapter: SpeechAdapter,
                  config: StreamingEncoderConfig = StreamingEncoderConfig(), speller: CTCScorer | None = None):
         if adapter.config.llm_dim != translator.model.get_input_embeddings().weight.shape[1]:
@@ -194,6 +196,8 @@ class SpeechTranslator:
 
         facts: dict[int, dict] = {}  # id(stream) -> path, per unit: available ms and blocks read; the compute
         engine = Engine(self.translator.runner)
+        kwargs = dict(kwargs)
+        policy = self._policy(policy, kwargs)  # (takes k, n, tau out of kwargs)
 
         def streams():
             for path in paths:
@@ -210,7 +214,8 @@ class SpeechTranslator:
                     spans = utterance_spans(self.config, len(audio), self.encoder.config.max_source_positions)
                     available = [span.available_ms for span in spans]
                     if self.speller is not None:  # units are the words the CTC head spells
-                        words, completed = spelled_words(self.spelling, embeddings)
+                        words, arrivals = spelled_words(self.spelling, embeddings, end=len(blocks))
+                        completed = [min(b, len(blocks) - 1) for b in arrivals]  # (the end: in the last block)
                         available, blocks_read = [available[b] for b in completed], [b + 1 for b in completed]
                     else:
                         blocks_read = list(range(1, len(available) + 1))
@@ -219,7 +224,7 @@ class SpeechTranslator:
                                              encoder_ms=1000 * (encoded - begun),
                                              adapter_ms=1000 * (time.perf_counter() - encoded))
                     if self.speller is not None:
-                        stream.push(words, finished=True)
+                        stream.push(words, finished=True, arrivals=arrivals)
                     else:
                         stream.push_embedded(embeddings, finished=True, labels=[
                             f"[{b.start_ms / 1000:.2f}-{b.end_ms / 1000:.2f}s]" for b in spans])
@@ -245,7 +250,18 @@ class SpeechTranslator:
 
     # ---- streaming -------------------------------------------------------------------------------------------
     def session(self, layout: str = "interleaved", policy: str = "wait-k", **kwargs) -> "SpeechSession":
+        kwargs = dict(kwargs)
+        policy = self._policy(policy, kwargs)  # (takes k, n, tau out of kwargs)
         return SpeechSession(self, self.translator.session(layout, policy, **kwargs))
+
+    def _policy(self, policy, kwargs: dict):
+        """The policy (by name: with ``k``/``n``/``tau`` taken from ``kwargs``); a learned one decides once per
+        block of audio, on the last word the block brought (``decide_per_block``; EASiST's rule)."""
+        policy = self.translator.make_policy(policy, **{key: kwargs.pop(key) for key in ("k", "n", "tau")
+                                                        if key in kwargs})
+        if isinstance(policy, Learned) and self.decide_per_block and not policy.per_arrival:
+            policy = replace(policy, per_arrival=True)
+        return policy
 
     def translate(self, audio: np.ndarray, layout: str = "interleaved", policy: str = "wait-k", *,
                   piece_ms: float | None = None, **kwargs) -> SpeechTranslation:
@@ -278,21 +294,25 @@ class SpeechSession:
             self.t0 = time.perf_counter()
         started = time.perf_counter()
         embeddings = self.owner.embed([b.frames for b in blocks])
+        first = len(self.blocks)  # the index of the first of these blocks in the utterance
         self.blocks += blocks
         words: list[str] = []
+        arrivals: list[int] = []  # per word: the block that brought it (the end: one past the last block)
         if self.spelling is not None:  # the units are the words the CTC head spells
-            for block, frames in zip(blocks, embeddings):
+            for i, (block, frames) in enumerate(zip(blocks, embeddings)):
                 new = self.spelling.push(frames)
                 words += new
+                arrivals += [first + i] * len(new)
                 self.units_ms += [block.available_ms] * len(new)
             if finished:  # the word left is complete at the end of the audio
                 new = self.spelling.finish()
                 words += new
+                arrivals += [len(self.blocks)] * len(new)
                 self.units_ms += [self.blocks[-1].available_ms if self.blocks else 0.0] * len(new)
         self.adapter_seconds += time.perf_counter() - started
         if self.spelling is not None:
             if words or finished:
-                self.text.push(words, finished=finished)
+                self.text.push(words, finished=finished, arrivals=arrivals)
         elif blocks or finished:
             self.units_ms += [b.available_ms for b in blocks]
             self.text.push_embedded(embeddings, finished=finished,

@@ -72,11 +72,11 @@ class SpelledWords:
         return words
 
 
-def spelled_words(new_spelling: Callable[[], SpelledWords], blocks: list[torch.Tensor]
+def spelled_words(new_spelling: Callable[[], SpelledWords], blocks: list[torch.Tensor], end: int | None = None
                   ) -> tuple[list[str], list[int]]:
     """A whole utterance's words (its blocks' adapter frames, in order; ``new_spelling`` makes a fresh state)
-    and, for each, the index of the block that completed it (the last block for the word only the end completes):
-    what streaming gives, word for word."""
+    and, for each, the index of the block that completed it (for the word only the end completes: ``end``, by default
+    the last block's): what streaming gives, word for word."""
     spelling = new_spelling()
     words: list[str] = []
     completed: list[int] = []
@@ -85,4 +85,4 @@ def spelled_words(new_spelling: Callable[[], SpelledWords], blocks: list[torch.T
         words += new
         completed += [b] * len(new)
     new = spelling.finish()
-    return words + new, completed + [len(blocks) - 1] * len(new)
+    return words + new, completed + [len(blocks) - 1 if end is None else end] * len(new)
