@@ -240,7 +240,7 @@ def test_bench_on_audio_measures_rtf_and_streaming_against_offline(tmp_path, mon
     assert set(results) == {"offline", "wait-2 (blocks)", "learned tau=0.3", "learned tau=0.6"}
     mean = (results["learned tau=0.3"]["same_output_all_compute"]
             + results["learned tau=0.6"]["same_output_all_compute"]) / 2
-    assert f"| learned, mean of 2 thresholds (EASiST's figure) |" in shown and f"| {mean:.2f}x |" in shown
+    assert "| learned, mean of 2 thresholds (EASiST's figure) |" in shown and f"| {mean:.2f}x |" in shown
     for name, s in results.items():
         runs = bench["runs"][name]
         assert s["utterances"] == 2 and s["audio_s"] == pytest.approx(2.8)

@@ -10,7 +10,8 @@ the visibility rule and sliding windows (index distance) are the same as for one
     row 2     p p s s s s m t t .      length 9
 
 Per-row rollback is a length: ``crop(row, keep)`` sets ``length[row] = keep``; the keys beyond it are stale and
-are overwritten by the next write (and masked until then). No holes, no compaction, no copy.
+are overwritten by the next write (and masked until then). No holes, no compaction, no copy (one exception,
+``move``: a guess's alternative that the layout placed takes the guess's slot, one key per layer; stream.py).
 
 A forward is packed, never padded: every new token is a query of its own, in the batch dimension, with Q = 1.
 Stream r feeding Q_r tokens contributes Q_r query rows that all map to cache row r (``prepare``)::

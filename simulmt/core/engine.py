@@ -6,8 +6,9 @@
             all requests of the round are served by ONE forward over the batched cache (``BatchKVCache``):
             per-row crop (a length), every new token a packed query with its own position id and its mask from
             the same visibility rule, the logits (and last hidden state) of each stream's last token and of the
-            tokens it fed as a guess of what its layout places next (stream.py); the LM head runs only on the
-            rows that ask for logits.
+            tokens it fed as a guess of what its layout places next (stream.py; alternatives to a guess sit
+            at its position, masked from it, and one the layout places is moved into its slot); the LM head runs
+            only on the rows that ask for logits (a learned policy's decision asks only if it writes).
 
 A new stream whose first request starts with a prompt the engine has computed before takes that prompt's keys and
 values from the engine's ``PromptCache`` (prompt_cache.py) instead of computing them again.
@@ -157,7 +158,8 @@ class Engine:
 
         def head_rows(hidden: torch.Tensor) -> torch.Tensor:
             first = torch.cumsum(torch.tensor([0] + answered[:-1]), 0).tolist()  # each request's first answer
-            got[:] = [r.logits and (r.logits_if is None or r.logits_if(hidden[i])) for (_, r), i in zip(requests, first)]
+            got[:] = [r.logits and (r.logits_if is None or r.logits_if(hidden[i]))
+                      for (_, r), i in zip(requests, first)]
             return torch.tensor([g for g, n in zip(got, answered) for _ in range(n)])
         embedded = [s.embedding_of(t.token_id) for (s, _), f in zip(requests, fed) for t in f if t.token_id < 0]
         logits, hidden = self.runner.forward_packed(ids, positions, visible, q_index, last, self.cache, features,

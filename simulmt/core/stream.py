@@ -175,7 +175,7 @@ class ForwardRequest:
     tokens: tuple[PlacedToken, ...]
     logits: bool = True
     speculative: int = 0
-    alternatives: int = 0  # the last tokens stand in for the last guess: each sees what it sees, not it (nor each other)
+    alternatives: int = 0  # the last tokens stand in for the last guess: see what it sees, not it (nor each other)
     move: tuple[int, int] | None = None  # before keeping: copy the cached token at index [0] to index [1]
     logits_if: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the hidden state
     # of the list's last token: are the logits wanted? (a learned policy that reads on needs none: no LM head)

@@ -152,8 +152,8 @@ def print_report(bench: dict, out: TextIO) -> None:
                             "same_output_all_compute")}
         print(f"| learned, mean of {len(learned)} thresholds (EASiST's figure) | {mean['rtf']:.3f} | "
               f"{mean['encoder_ms_per_audio_s']:.1f} | {mean['llm_ms_per_token']:.1f} | "
-              f"{mean['forwards_per_token']:.2f} | {mean['same_output']:.2f}x | {mean['same_output_all_compute']:.2f}x |",
-              file=out)
+              f"{mean['forwards_per_token']:.2f} | {mean['same_output']:.2f}x | "
+              f"{mean['same_output_all_compute']:.2f}x |", file=out)
 
 
 def audio_files(path: str) -> list[Path]:
