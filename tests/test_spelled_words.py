@@ -119,10 +119,19 @@ def spelling_speech(arch: str = "llama") -> SpeechTranslator:
     return SpeechTranslator(sp.translator, sp.encoder, sp.extractor, sp.adapter, sp.config, scorer)
 
 
+def write_clips(folder, clips) -> list:
+    """The clips (float audio) as 16-bit WAV files u0.wav, u1.wav, ... in ``folder``."""
+    from simulmt.speech.synth import write_wav
+
+    paths = [folder / f"u{n}.wav" for n in range(len(clips))]
+    for path, x in zip(paths, clips):
+        write_wav(path, (x * 32767).astype(np.int16), 16000)
+    return paths
+
+
 def test_a_spelling_speech_model_streams_batches_and_times_its_words(tmp_path):
     from test_speech_model import audio
 
-    from simulmt.speech.synth import write_wav
 
     sp = spelling_speech("gemma3")
     # 1.28 s is four whole blocks (the end brings no new one); pieces of 1 s bring several blocks at once
@@ -145,10 +154,7 @@ def test_a_spelling_speech_model_streams_batches_and_times_its_words(tmp_path):
         available = block_delays_ms(sp.config, len(x))
         assert r.delays_ms == [available[completed[d - 1]] if d else 0.0 for d in r.delays]
         assert r.delays_ms[-1] == available[-1]  # the last word is complete only at the end of the audio
-    paths = []
-    for n, x in enumerate(clips):
-        paths.append(tmp_path / f"u{n}.wav")
-        write_wav(paths[-1], (x * 32767).astype(np.int16), 16000)
+    paths = write_clips(tmp_path, clips)
     one = list(sp.translate_iter(paths, layout="interleaved", policy="wait-k", k=2))
     batched = list(sp.translate_iter(paths, batch_size=3, layout="interleaved", policy="wait-k", k=2))
     for a, b in zip(one, batched):
@@ -250,7 +256,6 @@ def test_a_learned_policy_decides_once_per_block_on_its_last_word(tmp_path, monk
 
     from simulmt.core.learned_policy import Learned, PolicyHead
     from simulmt.core.stream import Stream
-    from simulmt.speech.synth import write_wav
 
     sp = spelling_speech("gemma3")
     d = sp.translator.model.config.hidden_size
@@ -288,10 +293,7 @@ def test_a_learned_policy_decides_once_per_block_on_its_last_word(tmp_path, monk
     assert (word_wise.prediction, word_wise.delays) == (block_wise.prediction, block_wise.delays)
     assert word_wise.forward_calls > block_wise.forward_calls
     sp.translator.policy_head = head
-    paths = []
-    for n, x in enumerate(clips):
-        paths.append(tmp_path / f"u{n}.wav")
-        write_wav(paths[-1], (x * 32767).astype(np.int16), 16000)
+    paths = write_clips(tmp_path, clips)
     one = list(sp.translate_iter(paths, layout="interleaved", policy="learned", tau=0.4))
     batched = list(sp.translate_iter(paths, batch_size=2, layout="interleaved", policy="learned", tau=0.4))
     for (live, _), a, b in zip(per_block, one, batched):
