@@ -1,7 +1,7 @@
 """What the stream's guesses save (simulmt/core/stream.py, "Guesses"), with a real model, in one run.
 
 Every input is streamed three times side by side: guesses off (``Stream.speculate``), the draft alone
-(``Stream.alternatives = 0``), and the draft with its alternatives (``--alternatives``, the default 2); the outputs
+(``Stream.alternatives = 0``, the default), and the draft with alternatives (``--alternatives``, 2 here); the outputs
 must be identical (the script stops if a prediction differs). Prints, per configuration: LLM forward calls and wall
 ms per target token in each run, the ratio of the last to off, and how many guessed tokens the layout placed::
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tau", type=float, default=0.5)
     parser.add_argument("--dtype", default="float16-packed")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--alternatives", type=int, default=Stream.alternatives)
+    parser.add_argument("--alternatives", type=int, default=2)
     args = parser.parse_args(argv)
     if bool(args.source) == bool(args.audio):
         parser.error("give --source or --audio")

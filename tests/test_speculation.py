@@ -165,9 +165,9 @@ def test_a_learned_policy_that_reads_on_costs_no_lm_head(monkeypatch):
     reads = Learned(0.5, PolicyHead(torch.zeros(2, hidden), torch.tensor([10.0, -10.0])))  # p(WRITE) ~ 0
     received = []
     receive = Stream.receive
-    monkeypatch.setattr(Stream, "receive", lambda self, logits, *a: (
+    monkeypatch.setattr(Stream, "receive", lambda self, logits, *a, **k: (
         received.append((self.source_finished, self.pending.speculative, logits is None)),
-        receive(self, logits, *a)))
+        receive(self, logits, *a, **k)))
     off = run(monkeypatch, tr, SOURCES[0], Interleaved(), reads, False)
     received.clear()
     on = run(monkeypatch, tr, SOURCES[0], Interleaved(), reads, True)
@@ -176,3 +176,33 @@ def test_a_learned_policy_that_reads_on_costs_no_lm_head(monkeypatch):
     assert len(decisions) == len(SOURCES[0].split()) - 1 and all(s > 0 for _, s, _ in decisions)  # (with guesses)
     assert all(no_logits for _, _, no_logits in decisions)
     assert not any(no_logits for finished, _, no_logits in received if finished)
+
+
+def test_a_forward_shared_by_several_streams_feeds_no_alternatives(monkeypatch):
+    """Alternatives' rows would cost every stream of a shared forward: the engine serves such a round without them
+    (each stream is told what was served); the outputs are those of each stream alone with its alternatives."""
+    monkeypatch.setattr(Stream, "alternatives", 2)
+    tr = tiny_interleaved_translator("gemma3")
+    jobs = [(SOURCES[i % len(SOURCES)], WaitK(1 + i % 2)) for i in range(4)]
+    alone = [run(monkeypatch, tr, text, Interleaved(), policy, True) for text, policy in jobs]
+    assert any(s.result().speculated > s.result().speculated_kept + 1 for s in alone)  # alternatives were fed
+    served = []
+    serve = Engine.serve
+    monkeypatch.setattr(Engine, "serve", lambda self, requests: (
+        served.append([r.alternatives for _, r in requests]) if len(requests) > 1 else None, serve(self, requests)))
+    fed = []
+    receive = Stream.receive
+    monkeypatch.setattr(Stream, "receive", lambda self, logits, flops, features=None, served=None: (
+        fed.append((self.pending.alternatives, served.alternatives)), receive(self, logits, flops, features, served)))
+    streams = []
+    for text, policy in jobs:
+        stream = tr.new_stream(Interleaved(), policy, record=True)
+        stream.push(text.split(), finished=True)
+        streams.append(stream)
+    run_batched(streams, Engine(tr.runner), batch_size=4)
+    assert any(posted > 0 and got == 0 for posted, got in fed)  # posted, and served without them
+    for a, b in zip(alone, streams):
+        ra, rb = a.result(), b.result()
+        assert (rb.prediction, rb.delays) == (ra.prediction, ra.delays)
+        for p, q in zip(a.proposals, b.proposals):
+            assert p.context == q.context and p.token == q.token

@@ -7,7 +7,8 @@
             per-row crop (a length), every new token a packed query with its own position id and its mask from
             the same visibility rule, the logits (and last hidden state) of each stream's last token and of the
             tokens it fed as a guess of what its layout places next (stream.py; alternatives to a guess sit
-            at its position, masked from it, and one the layout places is moved into its slot); the LM head runs
+            at its position, masked from it, and one the layout places is moved into its slot; a forward shared by
+            several streams feeds none: their rows would cost every stream); the LM head runs
             only on the rows that ask for logits (a learned policy's decision asks only if it writes).
 
 A new stream whose first request starts with a prompt the engine has computed before takes that prompt's keys and
@@ -31,7 +32,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -130,6 +131,9 @@ class Engine:
     def serve(self, requests: list[tuple[Stream, ForwardRequest]]) -> None:
         """One packed forward: every new token of every request is a query row of its own (batch_cache.py)."""
         requests = sorted(requests, key=lambda sr: self._row(sr[0]))
+        if len(requests) > 1:  # a shared forward: the alternatives' rows would cost every stream (measured), none fed
+            requests = [(s, replace(r, tokens=r.tokens[:len(r.tokens) - r.alternatives], alternatives=0))
+                        for s, r in requests]
         rows = [self._row(s) for s, _ in requests]
         for row, (_, request) in zip(rows, requests):
             if request.move is not None and request.move[1] < request.keep:  # (else the crop drops it anyway)
@@ -175,7 +179,7 @@ class Engine:
             if shared[i]:  # a stream's compute count is that of its whole request (prompt_cache.py)
                 flops += self.runner.compute.flops(shared[i], shared[i] * (shared[i] + 1) // 2, 0)
             stream.receive(logits[logit_rows:logit_rows + answers] if got[i] else None, flops,
-                           hidden[answer:answer + answers] if hidden is not None else None)
+                           hidden[answer:answer + answers] if hidden is not None else None, served=request)
             logit_rows += answers * got[i]
             answer += answers
         s = self.stats

@@ -34,8 +34,8 @@ also the opener a WRITE would place. A guess the layout then places is in the ca
 hand (no forward); a wrong one is dropped from the cache row at the next forward (not a crop of the layout's
 list). The output is exactly the same either way (``Stream.speculate = False``: tests/test_speculation.py).
 
-The draft is the model's first choice before the read; its next choices (``Stream.alternatives`` of them) are fed in
-the same forward as alternatives: each at the draft's place (same position id), seeing what the draft sees but not
+The draft is the model's first choice before the read; its next choices (``Stream.alternatives`` of them, none by
+default) can be fed in the same forward as alternatives: each at the draft's place (same position id), seeing what the draft sees but not
 the draft nor each other (the engine's mask), so each one's answer is what it would be in the draft's place. When
 the layout places one of them, the stream asks the next forward to move its keys and values into the draft's cache
 slot (``ForwardRequest.move``) and uses its answer: its list is then as if that token had been fed there.
@@ -190,7 +190,8 @@ class Step:
 
 class Stream:
     speculate = True  # feed guesses of what the layout places next (the output is the same; False: to measure them)
-    alternatives = 2  # the model's next choices fed beside the draft (0: the draft alone; an engine sets 0 for ALiBi)
+    alternatives = 0  # the model's next choices fed beside the draft (opt-in: 2 saves forwards for one live stream;
+    # a forward shared by several streams feeds none, nor does one of an ALiBi model; docs/speech-cascade.md)
 
     def __init__(self, tokenizer, fmt: PromptFormat, layout: Layout, policy: Policy, vocabulary: Vocabulary,
                  config: DecodeConfig = DecodeConfig(), *, sampler: Sampler | None = None,
@@ -462,13 +463,20 @@ class Stream:
             return (), ()
         return guesses, drafts[1:]
 
-    def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None) -> None:
+    def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None,
+                served: ForwardRequest | None = None) -> None:
         """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
-        if any were fed). ``logits`` (1 + speculative, vocab), None when the request asked for none; ``features``
-        (1 + speculative, hidden): the last hidden states, when the policy wants them."""
+        if any were fed). ``logits`` (1 + speculative + alternatives, vocab), None when the request asked for none;
+        ``features`` (the same rows, hidden): the last hidden states, when the policy wants them. ``served``: the
+        request as the engine served it, if not as posted (a forward shared by several streams leaves the
+        alternatives out)."""
         request, self.pending = self.pending, None
         if request is None:
             raise SimulmtError("receive() without a pending forward request")
+        if served is not None:
+            if served.tokens != request.tokens[:len(served.tokens)] or served.keep != request.keep:
+                raise SimulmtError("the engine served another request than the one posted")
+            request = served
         if request.keep < len(self.fed) - self.guessed:  # a crop of the layout's list (not only of a guess)
             dropped = set(self.fed[request.keep:len(self.fed) - self.guessed])  # (not a guess the layout left)
             self.cache_crops += 1
