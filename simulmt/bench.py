@@ -98,7 +98,7 @@ class BenchOptions:
         "help": "with --audio: a speech model folder (default: the shipped one)", "metavar": "DIR"})
     tau: float = field(default=0.5, metadata={"help": "with --audio and --policy learned: the policy's threshold"})
     taus: str | None = field(default=None, metadata={
-        "help": "with --audio and --policy learned: several thresholds instead of --tau, comma-separated (one "
+        "help": "with --audio and --policy learned: several thresholds, comma-separated, replacing --tau (one "
                 "configuration each; the report adds their mean, as EASiST averages over its latency levels)",
         "metavar": "LIST"})
     threads: int | None = field(default=None, metadata={
@@ -164,7 +164,7 @@ class BenchOptions:
         if self.taus is None:
             return (self.tau,)
         try:
-            values = tuple(float(x) for x in _names(self.taus))
+            values = tuple(dict.fromkeys(float(x) for x in _names(self.taus)))  # (0.5 and 0.50: one configuration)
         except ValueError:
             raise SimulmtError(f"--taus takes comma-separated numbers, e.g. 0.3,0.5,0.7; got {self.taus!r}") from None
         if not values:

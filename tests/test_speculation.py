@@ -206,3 +206,18 @@ def test_a_forward_shared_by_several_streams_feeds_no_alternatives(monkeypatch):
         assert (rb.prediction, rb.delays) == (ra.prediction, ra.delays)
         for p, q in zip(a.proposals, b.proposals):
             assert p.context == q.context and p.token == q.token
+
+
+def test_a_policy_error_in_a_shared_forward_fails_its_stream_alone():
+    """The engine asks a learned policy whether it writes (to skip the LM head) inside a forward shared with other
+    streams: a policy that cannot decide fails its own stream, at its own step, not the round."""
+    tr = tiny_interleaved_translator("llama")
+    streams = []
+    for i, policy in enumerate([WaitK(2), Learned(0.5), WaitK(1)]):  # the learned one has no head: it cannot decide
+        stream = tr.new_stream(Interleaved(), policy)
+        stream.push(SOURCES[i].split(), finished=True)
+        streams.append(stream)
+    run_batched(streams, Engine(tr.runner), batch_size=3)
+    assert streams[1].error is not None and "policy head" in str(streams[1].error)
+    for i in (0, 2):
+        assert streams[i].error is None and streams[i].done and streams[i].result().prediction

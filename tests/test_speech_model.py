@@ -309,3 +309,26 @@ def test_batched_files_give_the_live_path_s_words_delays_and_times(tmp_path):
     batched = list(sp.translate_iter(paths, batch_size=3, layout="interleaved", policy="learned", tau=0.5))
     assert [(a.prediction, a.delays) for a in live] == [(b.prediction, b.delays) for b in batched]
     assert len({tuple(a.delays) for a in live if a.delays}) > 1  # the head's decisions differ between files
+
+
+def test_a_speech_run_of_the_learned_policy_says_when_it_decides(tmp_path, monkeypatch):
+    """A learned speech run's config says whether it decided once per block or after every word, and a run
+    directory written one way is not resumed the other way (its sentences would mix two policies)."""
+    from simulmt.core.learned_policy import PolicyHead
+    from simulmt.evaluate import EvaluateOptions, evaluate
+    from simulmt.speech.model import SpeechTranslator
+
+    sp = tiny_speech()
+    d = sp.translator.model.config.hidden_size
+    sp.translator.policy_head = PolicyHead(torch.randn(2, d, generator=torch.Generator().manual_seed(1)),
+                                           torch.zeros(2))
+    write_audio_set(tmp_path)
+    options = EvaluateOptions(source_audio=str(tmp_path / "audio.list"), reference=str(tmp_path / "ref.de"),
+                              output=str(tmp_path / "grid"), layouts="interleaved", policies="learned", taus="0.5",
+                              no_offline=True)
+    evaluate(sp, options, progress=False)
+    config = json.loads((tmp_path / "grid" / "interleaved.learned-0.5" / "config.json").read_text())
+    assert config["learned_decides"] == "once per block"
+    monkeypatch.setattr(SpeechTranslator, "decide_per_block", False)
+    with pytest.raises(SimulmtError, match="learned_decides"):
+        evaluate(sp, options, progress=False)

@@ -410,6 +410,8 @@ class Stream:
         kept = common_prefix_length(self.fed, target)
         output = self._output(kept)
         if output is not None and output[0] is not None:
+            if draft:
+                self.drafts = ()  # (a forward that fed them as guesses answered here, or they were not needed)
             return output[0]
         keep = min(kept, len(target) - 1)  # the last token's logits are needed
         new = tuple(target[keep:])
@@ -440,7 +442,12 @@ class Stream:
         if self._logits() is None and not self.state.opened:
             guesses, alternatives = self._opening_guess() if self.speculate else ((), ())
             state = self.stream_state()
-            writes = lambda hidden: self.policy.decide(replace(state, features=hidden)) is Action.WRITE  # noqa: E731
+
+            def writes(hidden: torch.Tensor) -> bool:  # asked by the engine, inside a forward shared with others
+                try:
+                    return self.policy.decide(replace(state, features=hidden)) is Action.WRITE
+                except Exception:  # (this stream's own step raises it again, failing this stream alone)
+                    return True
             self.pending = replace(self.pending, tokens=self.pending.tokens + guesses + alternatives,
                                    speculative=len(guesses), alternatives=len(alternatives), logits=bool(guesses),
                                    logits_if=writes if guesses else None)
@@ -466,7 +473,8 @@ class Stream:
     def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None,
                 served: ForwardRequest | None = None) -> None:
         """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
-        if any were fed). ``logits`` (1 + speculative + alternatives, vocab), None when the request asked for none;
+        if any were fed). ``logits`` (1 + speculative + alternatives, vocab), None when the request asked for none
+        (or its ``logits_if`` said no);
         ``features`` (the same rows, hidden): the last hidden states, when the policy wants them. ``served``: the
         request as the engine served it, if not as posted (a forward shared by several streams leaves the
         alternatives out)."""

@@ -24,7 +24,8 @@ LOG, CONFIG, SCORES, SIMULEVAL_CONFIG = "instances.log", "config.json", "scores.
 
 # config.json keys that must match for a rerun to continue a run (lines and ms_per_word may change)
 IDENTITY_KEYS = ("run", "model", "adapter", "dtype", "source_lang", "target_lang", "layout", "policy", "k", "n",
-                 "slot", "phi", "decode", "simulmt", "source_sha256", "reference_sha256", "shard", "first_line")
+                 "slot", "phi", "decode", "simulmt", "source_sha256", "reference_sha256", "shard", "first_line",
+                 "learned_decides")
 TIMING_KEYS = ("elapsed", "wall_ms")  # the only fields of an instance that depend on the machine and the moment
 
 
@@ -41,8 +42,16 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
             "lines": len(test_set.sources), "ms_per_word": options.unit_ms, "batch_size": options.batch_size,
             **({"source_type": "speech", "speech_model": options.speech_model or "shipped"} if options.source_audio
                else {}),
+            **({"learned_decides": _speech_decisions()} if options.source_audio and spec.policy == "learned" else {}),
             # one engine per run computes the prompt once (prompt_cache.py): text runs, and batched speech runs
             **({"shared_prompt": True} if not options.source_audio or options.batch_size > 1 else {})}
+
+
+def _speech_decisions() -> str:
+    """When a speech run's learned policy decides (a run directory of the other kind is not resumed)."""
+    from simulmt.speech.model import SpeechTranslator
+
+    return "once per block" if SpeechTranslator.decide_per_block else "after every word"
 
 
 def _write_json(path: Path, data) -> None:

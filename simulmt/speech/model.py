@@ -307,7 +307,8 @@ class SpeechSession:
             if finished:  # the word left is complete at the end of the audio
                 new = self.spelling.finish()
                 words += new
-                arrivals += [len(self.blocks)] * len(new)
+                arrivals += [len(self.blocks)] * len(new)  # an arrival of its own, as in the batched path (which
+                # cannot tell which blocks a live finish() brought): a learned policy may decide once more there
                 self.units_ms += [self.blocks[-1].available_ms if self.blocks else 0.0] * len(new)
         self.adapter_seconds += time.perf_counter() - started
         if self.spelling is not None:

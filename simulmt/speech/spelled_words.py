@@ -76,7 +76,8 @@ def spelled_words(new_spelling: Callable[[], SpelledWords], blocks: list[torch.T
                   ) -> tuple[list[str], list[int]]:
     """A whole utterance's words (its blocks' adapter frames, in order; ``new_spelling`` makes a fresh state)
     and, for each, the index of the block that completed it (for the word only the end completes: ``end``, by default
-    the last block's): what streaming gives, word for word."""
+    the last block's; ``len(blocks)`` numbers it as the live session numbers its arrival): what streaming gives, word
+    for word."""
     spelling = new_spelling()
     words: list[str] = []
     completed: list[int] = []
