@@ -100,6 +100,16 @@ def test_a_teacher_forced_guess_is_always_right(monkeypatch):
     assert off.forward_calls - on.forward_calls == b.speculated
 
 
+def run_interleaved_batched(tr, jobs, batch_size: int = 4) -> list:
+    """(text, policy) jobs as streams of the interleaved layout, run on one engine; returns the streams."""
+    streams = []
+    for text, policy in jobs:
+        stream = tr.new_stream(Interleaved(), policy, record=True)
+        stream.push(text.split(), finished=True)
+        streams.append(stream)
+    return run_batched(streams, Engine(tr.runner), batch_size=batch_size)
+
+
 def test_batched_streams_guess_as_one_stream_does():
     """A batch with guesses in several rows at once: every stream equals itself run alone."""
     tr = tiny_interleaved_translator("llama")
@@ -110,12 +120,7 @@ def test_batched_streams_guess_as_one_stream_does():
         session = tr.session(Interleaved(), policy, record=True)
         session.run(text)
         alone.append(session)
-    streams = []
-    for text, policy in jobs:
-        stream = tr.new_stream(Interleaved(), policy, record=True)
-        stream.push(text.split(), finished=True)
-        streams.append(stream)
-    run_batched(streams, Engine(tr.runner), batch_size=4)
+    streams = run_interleaved_batched(tr, jobs)
     for a, b in zip(alone, streams):
         ra, rb = a.result(), b.result()
         assert (rb.prediction, rb.delays) == (ra.prediction, ra.delays)
@@ -186,20 +191,11 @@ def test_a_forward_shared_by_several_streams_feeds_no_alternatives(monkeypatch):
     jobs = [(SOURCES[i % len(SOURCES)], WaitK(1 + i % 2)) for i in range(4)]
     alone = [run(monkeypatch, tr, text, Interleaved(), policy, True) for text, policy in jobs]
     assert any(s.result().speculated > s.result().speculated_kept + 1 for s in alone)  # alternatives were fed
-    served = []
-    serve = Engine.serve
-    monkeypatch.setattr(Engine, "serve", lambda self, requests: (
-        served.append([r.alternatives for _, r in requests]) if len(requests) > 1 else None, serve(self, requests)))
     fed = []
     receive = Stream.receive
     monkeypatch.setattr(Stream, "receive", lambda self, logits, flops, features=None, served=None: (
         fed.append((self.pending.alternatives, served.alternatives)), receive(self, logits, flops, features, served)))
-    streams = []
-    for text, policy in jobs:
-        stream = tr.new_stream(Interleaved(), policy, record=True)
-        stream.push(text.split(), finished=True)
-        streams.append(stream)
-    run_batched(streams, Engine(tr.runner), batch_size=4)
+    streams = run_interleaved_batched(tr, jobs)
     assert any(posted > 0 and got == 0 for posted, got in fed)  # posted, and served without them
     for a, b in zip(alone, streams):
         ra, rb = a.result(), b.result()
