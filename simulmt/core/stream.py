@@ -35,10 +35,11 @@ hand (no forward); a wrong one is dropped from the cache row at the next forward
 list). The output is exactly the same either way (``Stream.speculate = False``: tests/test_speculation.py).
 
 The draft is the model's first choice before the read; its next choices (``Stream.alternatives`` of them, none by
-default) can be fed in the same forward as alternatives: each at the draft's place (same position id), seeing what the draft sees but not
-the draft nor each other (the engine's mask), so each one's answer is what it would be in the draft's place. When
-the layout places one of them, the stream asks the next forward to move its keys and values into the draft's cache
-slot (``ForwardRequest.move``) and uses its answer: its list is then as if that token had been fed there.
+default) can be fed in the same forward as alternatives: each at the draft's place (same position id), seeing what
+the draft sees but not the draft nor each other (the engine's mask), so each one's answer is what it would be in the
+draft's place. When the layout places one of them, the stream asks the next forward to move its keys and values into
+the draft's cache slot (``ForwardRequest.move``) and uses its answer: its list is then as if that token had been fed
+there.
 
 Decoding never writes garbage (each rule has a test in tests/test_decoding.py): special and markup tokens are
 never proposed; an end proposed before the source is finished is a READ under policies that allow it; a token
@@ -474,10 +475,9 @@ class Stream:
                 served: ForwardRequest | None = None) -> None:
         """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
         if any were fed). ``logits`` (1 + speculative + alternatives, vocab), None when the request asked for none
-        (or its ``logits_if`` said no);
-        ``features`` (the same rows, hidden): the last hidden states, when the policy wants them. ``served``: the
-        request as the engine served it, if not as posted (a forward shared by several streams leaves the
-        alternatives out)."""
+        (or its ``logits_if`` said no); ``features`` (the same rows, hidden): the last hidden states, when the policy
+        wants them. ``served``: the request as the engine served it, if not as posted (a forward shared by several
+        streams leaves the alternatives out)."""
         request, self.pending = self.pending, None
         if request is None:
             raise SimulmtError("receive() without a pending forward request")
@@ -607,8 +607,10 @@ class Stream:
             return () if token is None or self._is_end(token) else (token,)
         if self._scores is None:
             return (self.held,) if self.held is not None and not self._is_end(self.held) else ()
-        scores = self._scores[: len(self.vocabulary.stops)] + self.vocabulary.bias("stops")
         first = () if self.held is None or self._is_end(self.held) else (self.held,)
+        if first and not self.alternatives:  # (the default: no pass over the vocabulary)
+            return first
+        scores = self._scores[: len(self.vocabulary.stops)] + self.vocabulary.bias("stops")
         if first:
             scores[first[0]] = float("-inf")
         best = torch.topk(scores, 1 + self.alternatives - len(first))
