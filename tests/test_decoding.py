@@ -241,3 +241,22 @@ def test_an_end_of_write_held_while_source_was_left_is_proposed_again_once_the_s
     live.push([], finished=True)
     list(live.advance())
     assert live.result().prediction == whole.result().prediction
+
+
+def test_the_decoding_rules_work_where_the_logits_are():
+    """On a GPU the logits stay on the device that computed them, and the rules' tables go there (once): the CUDA
+    path failed on this until a lent GPU ran the tests (SIMULMT_TEST_DEVICE=cuda). Here the meta device stands in
+    for any device that is not the CPU."""
+    import torch
+
+    tok = make_tokenizer(chat=True)
+    tr = Translator(make_model("llama", len(tok)), tok, name="tiny-llama")
+    stream = tr.new_stream(policy="wait-k", k=3)
+    stream.push(SOURCE.split()[:2])
+    scores = stream._allowed(torch.zeros(tr.model.config.vocab_size, device="meta"))
+    assert scores.device.type == "meta" and scores.shape == (tr.model.config.vocab_size,)
+    v = tr.vocabulary
+    for name in ("banned", "stops", "inside_word"):
+        assert v.bias(name).device.type == "cpu"
+        assert v.bias(name, "meta").device.type == "meta" and v.bias(name, "meta").shape == v.bias(name).shape
+        assert v.bias(name, torch.device("meta")) is v.bias(name, "meta")  # copied once

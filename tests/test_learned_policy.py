@@ -223,7 +223,7 @@ def test_the_interleaved_adapter_stores_only_the_marker_rows_and_reloads_exactly
     ids = torch.tensor([[1, 5, 9, merged.fmt.end_of_read, 12, merged.fmt.end_of_write]])
     trained.model.eval()
     with torch.no_grad():
-        a, b = merged.model(input_ids=ids).logits, trained.model(input_ids=ids).logits
+        a, b = merged.model(input_ids=ids).logits, trained.model(input_ids=ids.to(trained.model.device)).logits.cpu()
     assert float((a - b).abs().max()) < 1e-4
 
 

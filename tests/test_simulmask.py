@@ -69,7 +69,7 @@ def test_causal_masks_with_the_default_rule_give_the_models_own_output(arch, att
     path adds ALiBi twice when given a mask), and a 2-D mask still reaches the model's own code."""
     tr = alibi_translator(arch, attn)
     reference = make_model(arch, tr.model.config.vocab_size, attn_implementation="sdpa" if arch == "falcon" else attn)
-    ids = torch.tensor([[2, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50]])
+    ids = torch.tensor([[2, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50]], device=tr.model.device)
     with torch.no_grad():
         own = reference(input_ids=ids).logits[0]
         n = ids.shape[1]
@@ -77,7 +77,7 @@ def test_causal_masks_with_the_default_rule_give_the_models_own_output(arch, att
         mask = tr.runner.masks(visible, 0, torch.zeros(n, dtype=torch.bool))
         assert mask.shape == (1, tr.model.config.num_attention_heads if arch == "falcon" else tr.model.config.n_head,
                               n, n)
-        mine = tr.model(input_ids=ids, attention_mask=mask).logits[0]
+        mine = tr.model(input_ids=ids, attention_mask=mask.to(ids.device)).logits[0]
         stock_again = tr.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0]
     assert float((mine - own).abs().max()) <= TOLERANCE
     if attn == "sdpa" or arch == "bloom":
@@ -178,8 +178,10 @@ def test_padded_training_batch_equals_streaming(arch, attn):
     batch = collator(items)
     heads = len(tr.runner.alibi.coefficients)
     assert batch["attention_mask"].shape == (2, heads, len(examples[0]), len(examples[0]))
+    on_model = lambda v: ({k: m.to(tr.model.device) for k, m in v.items()} if isinstance(v, dict)  # noqa: E731
+                          else v.to(tr.model.device))  # as the Trainer moves its batches
     with torch.no_grad():
-        logits, labels = label_logits(tr.model, batch)
+        logits, labels = label_logits(tr.model, {k: on_model(v) for k, v in batch.items()})
     row, max_diff = 0, 0.0
     for (rec, source, target), ex in zip(cases, examples):
         delays = rec.schedule.delays(len(source.split()), len(target.split()), random.Random(0))[0]

@@ -17,6 +17,7 @@ callers (or the chat template) add it explicitly.
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import transformers
@@ -199,6 +200,10 @@ def _config(arch: str, vocab_size: int) -> transformers.PretrainedConfig:
     raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS + ALIBI_ARCHS}")
 
 
+# Where the tiny models run: the CPU (the default, and CI's), or ``SIMULMT_TEST_DEVICE=cuda`` to run the same
+# tests on a GPU (float32; the device checks of benchmarks/gpu_check.sh).
+TEST_DEVICE = os.environ.get("SIMULMT_TEST_DEVICE", "cpu")
+
 _MODEL_CLASSES = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
@@ -213,10 +218,11 @@ _MODEL_CLASSES = {
 def make_model(
     arch: str, vocab_size: int, seed: int = 0, attn_implementation: str = "eager"
 ) -> transformers.PreTrainedModel:
-    """Tiny random float32 causal LM in eval mode (deterministic for a given seed)."""
+    """Tiny random float32 causal LM in eval mode (deterministic for a given seed), on ``TEST_DEVICE``."""
     config = _config(arch, vocab_size)
     cls = getattr(transformers, _MODEL_CLASSES[arch])
     torch.manual_seed(seed)
     model = cls._from_config(config, attn_implementation=attn_implementation, dtype=torch.float32)
+    model.to(TEST_DEVICE)  # the weights are drawn on the CPU, so a seed gives the same model on every device
     model.eval()
     return model

@@ -49,8 +49,9 @@ class PolicyHead:
         return self.weight.shape[1]
 
     def p_write(self, hidden: torch.Tensor) -> torch.Tensor:
-        """p(WRITE) for hidden states (..., hidden)."""
-        logits = hidden.float() @ self.weight.float().T + self.bias.float()
+        """p(WRITE) for hidden states (..., hidden), on the head's device (a GPU's hidden state comes to it: the
+        decision is read on the host anyway)."""
+        logits = hidden.to(self.weight.device).float() @ self.weight.float().T + self.bias.float()
         return torch.softmax(logits, dim=-1)[..., 1]
 
     def save(self, folder: str | Path) -> Path:

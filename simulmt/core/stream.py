@@ -149,12 +149,17 @@ class Vocabulary:
 
     def __post_init__(self):
         minus_inf = lambda table: torch.zeros(table.shape).masked_fill(table, float("-inf"))  # noqa: E731
-        object.__setattr__(self, "_biases", {"banned": minus_inf(self.banned), "stops": minus_inf(self.stops),
-                                             "inside_word": minus_inf(~(self.word_starts | self.stops))})
+        biases = {"banned": minus_inf(self.banned), "stops": minus_inf(self.stops),
+                  "inside_word": minus_inf(~(self.word_starts | self.stops))}
+        object.__setattr__(self, "_biases", {torch.device("cpu"): biases})
 
-    def bias(self, name: str) -> torch.Tensor:
-        """(vocab,) float: -inf on the tokens of the named rule, 0 elsewhere."""
-        return self._biases[name]
+    def bias(self, name: str, device: torch.device | str = "cpu") -> torch.Tensor:
+        """(vocab,) float: -inf on the tokens of the named rule, 0 elsewhere; on ``device`` (the logits' device:
+        the tables are copied there once, so decoding on a GPU adds them where the logits are)."""
+        device = torch.device(device)
+        if device not in self._biases:
+            self._biases[device] = {k: v.to(device) for k, v in self._biases[torch.device("cpu")].items()}
+        return self._biases[device][name]
 
 
 class Status(str, Enum):
@@ -610,7 +615,7 @@ class Stream:
         first = () if self.held is None or self._is_end(self.held) else (self.held,)
         if first and not self.alternatives:  # (the default: no pass over the vocabulary)
             return first
-        scores = self._scores[: len(self.vocabulary.stops)] + self.vocabulary.bias("stops")
+        scores = self._scores[: len(self.vocabulary.stops)] + self.vocabulary.bias("stops", self._scores.device)
         if first:
             scores[first[0]] = float("-inf")
         best = torch.topk(scores, 1 + self.alternatives - len(first))
@@ -620,14 +625,14 @@ class Stream:
     def _allowed(self, logits: torch.Tensor) -> torch.Tensor:
         """The logits with what may not be proposed now set to -inf (additive biases: no per-step indexing)."""
         v = self.vocabulary
-        scores = logits[: len(v.word_starts)] + v.bias("banned")
+        scores = logits[: len(v.word_starts)] + v.bias("banned", logits.device)
         if not self.source_finished and not self.policy.lets_model_end_segment:
-            scores = scores + v.bias("stops")
+            scores = scores + v.bias("stops", logits.device)
         if self.source_finished and self.segment_ends:  # e.g. end-of-write: nothing is left to read
             scores[self.segment_ends] = float("-inf")
         if not self.current and self.written and self.layout.continues_text(self.state):
             # the previous word is complete: the next token must start a new word (or end)
-            scores = scores + v.bias("inside_word")
+            scores = scores + v.bias("inside_word", logits.device)
         if len(logits) > len(scores):  # logits beyond the tokenizer's vocabulary are never proposed
             scores = torch.cat([scores, logits.new_full((len(logits) - len(scores),), float("-inf"))])
         return scores
