@@ -15,6 +15,7 @@
 set -uo pipefail
 ASSETS=$1; OUT=$2; DEVICE=${3:-cuda}; SCALE=${4:-full}
 PY=${PYTHON:-python3}
+mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 ADAPTER=simulmt/adapters/gemma-3-270m-expost-kmix-en-de
 MODEL=/tmp/gemma-random
@@ -39,8 +40,8 @@ fi
 step "random gemma-3-270m-shaped model"
 [ -f $MODEL/model.safetensors ] || $PY benchmarks/gpu_random_gemma.py "$ASSETS" $MODEL
 
-$PY -c "from simulmt.models import resolve_dtype; print('--dtype auto on $DEVICE ->', resolve_dtype('auto', '$DEVICE'))"
 step "translate, --dtype auto on $DEVICE (what auto becomes)"
+$PY -c "from simulmt.models import resolve_dtype; print('--dtype auto on $DEVICE ->', resolve_dtype('auto', '$DEVICE'))"
 head -n 3 "$ASSETS/src.en" | $PY -m simulmt translate --model $MODEL --adapter $ADAPTER --device "$DEVICE" \
     --dtype auto --jsonl --max-words 12 > "$OUT/auto.jsonl" 2> "$OUT/auto.err"; echo "rc=$?"; grep -iv "warn\|= func(" "$OUT/auto.err" | tail -3
 $PY -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(len(r), 'lines;', r[0]['prediction'][:80], sorted(r[0]))" "$OUT/auto.jsonl"
@@ -48,10 +49,11 @@ $PY -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(len
 step "batched == one stream: $LT lines, float32, --batch-size 1 vs 16"
 head -n $LT "$ASSETS/src.en" > /tmp/bs.en
 for b in 1 16; do
-    /usr/bin/time -f "batch $b: %e s" $PY -m simulmt translate --model $MODEL --adapter $ADAPTER --device "$DEVICE" \
+    start=$SECONDS
+    $PY -m simulmt translate --model $MODEL --adapter $ADAPTER --device "$DEVICE" \
         --dtype float32 --batch-size $b --max-words 12 /tmp/bs.en > "$OUT/bs$b.txt" 2> "$OUT/bs$b.err" \
         || { echo "FAILED (rc=$?):"; grep -v "Warning\|= func(" "$OUT/bs$b.err" | tail -4; }
-    tail -1 "$OUT/bs$b.err"; echo "$(grep -c . "$OUT/bs$b.txt") non-empty lines of $(wc -l < /tmp/bs.en)"
+    echo "batch $b: $((SECONDS - start)) s, $(grep -c . "$OUT/bs$b.txt") non-empty lines of $(wc -l < /tmp/bs.en)"
 done
 if cmp -s "$OUT/bs1.txt" "$OUT/bs16.txt"; then echo "SAME: --batch-size 16 prints what --batch-size 1 prints"
 else echo "DIFFERENT:"; diff "$OUT/bs1.txt" "$OUT/bs16.txt" | head -8; fi
@@ -78,7 +80,7 @@ $PY -m simulmt bench --model $MODEL --adapter $ADAPTER --source "$ASSETS/src512.
     | grep -v "^Loading\|it/s\]\|Warning\|= func(" | tail -8
 step done
 # what comes back (at most 8 files): the logs and the tables' JSON
-for d in bench-bfloat16 bench-float32 streams streams-big; do
+for d in $(for t in ${BENCH_DTYPES:-bfloat16}; do echo "bench-$t"; done) streams streams-big; do
     for f in "$OUT/$d"/*.json; do [ -f "$f" ] && mv "$f" "$OUT/$d.json"; done; rm -rf "${OUT:?}/$d"
 done
 rm -f "$OUT"/*.err "$OUT"/bs*.txt

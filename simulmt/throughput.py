@@ -78,9 +78,10 @@ def measure(translator, sentences: list[str], streams: int, session_kwargs: dict
 
 @torch.no_grad()
 def plain_decode(model, batch: int, steps: int = 16, context: int = 32, seed: int = 0) -> float:
-    """Aggregate tokens/s of a plain batched greedy decode (random prompts of ``context`` tokens, then ``steps``
-    single-token steps for every row; only the steps are timed, after as many untimed ones: a GPU loads its
-    kernels and picks its matrix algorithms at a shape's first use, and timing from the first step counted that)."""
+    """Aggregate tokens/s of a plain batched greedy decode: random prompts of ``context`` tokens, then 2 x ``steps``
+    single-token steps for every row, of which the second ``steps`` are timed (a GPU loads its kernels and picks its
+    matrix algorithms at a shape's first use, and timing from the first step counted that), so the timed steps
+    attend over ``context + steps`` to ``context + 2 * steps`` keys; a CUDA device is synchronised around them."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device

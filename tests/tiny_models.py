@@ -200,8 +200,9 @@ def _config(arch: str, vocab_size: int) -> transformers.PretrainedConfig:
     raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS + ALIBI_ARCHS}")
 
 
-# Where the tiny models run: the CPU (the default, and CI's), or ``SIMULMT_TEST_DEVICE=cuda`` to run the same
-# tests on a GPU (float32; the device checks of benchmarks/gpu_check.sh).
+# Where the tiny models run: the CPU (the default, and CI's), or ``SIMULMT_TEST_DEVICE=cuda`` to run the core's
+# tests on a GPU in float32 (the files benchmarks/gpu_check.sh lists: parity, engine, speculation, decoding, learned
+# policy, SimulMask; other tests may build CPU tensors of their own).
 TEST_DEVICE = os.environ.get("SIMULMT_TEST_DEVICE", "cpu")
 
 _MODEL_CLASSES = {

@@ -56,6 +56,7 @@ class BatchKVCache:
         self._served: torch.Tensor | None = None  # (N,) cache row of each query of the forward under way
         self._write: torch.Tensor | None = None  # (N,) index each query writes its key to
         self._key_count = 0  # keys the forward's queries attend over
+        self._indices_on: tuple[torch.device, torch.Tensor, torch.Tensor] | None = None  # see _on
         self._view = False  # every row feeds exactly one token, in row order: attention reads a view
 
     # ---- rows ------------------------------------------------------------------------------------------------
@@ -135,10 +136,18 @@ class BatchKVCache:
         q_index = torch.cat([torch.arange(self.lengths[r], self.lengths[r] + n) for r, n in zip(rows, new_tokens)])
         self.target_side[served, q_index] = target_side
         self._served, self._write, self._key_count = served, q_index, need
+        self._indices_on = None  # (device, served, write) there; see _on
         self._view = len(served) == self.rows and bool((served == torch.arange(self.rows)).all())
         for r, n in zip(rows, new_tokens):
             self.lengths[r] += n
         return q_index
+
+    def _on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prepared forward's rows and key slots as index tensors on ``device`` (copied once per forward, not
+        per layer: on a GPU each copy is a host-to-device transfer)."""
+        if self._indices_on is None or self._indices_on[0] != device:
+            self._indices_on = (device, self._served.to(device), self._write.to(device))
+        return self._indices_on[1], self._indices_on[2]
 
     def key_sides(self) -> torch.Tensor:
         """(N, K) target-side flags of the keys each query of the prepared forward attends over."""
@@ -154,7 +163,7 @@ class BatchKVCache:
             if store[layer_idx] is None:
                 store[layer_idx] = new.new_zeros((self.rows, new.shape[1], self.capacity, new.shape[3]))
             full = store[layer_idx]
-            served, write = self._served.to(full.device), self._write.to(full.device)
+            served, write = self._on(full.device)
             full[served, :, write, :] = new[:, :, 0, :].to(full.dtype)
             window = full[:, :, : self._key_count]
             out.append(window if self._view else window.index_select(0, served))

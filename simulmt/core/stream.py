@@ -157,8 +157,8 @@ class Vocabulary:
         """(vocab,) float: -inf on the tokens of the named rule, 0 elsewhere; on ``device`` (the logits' device:
         the tables are copied there once, so decoding on a GPU adds them where the logits are)."""
         device = torch.device(device)
-        if device not in self._biases:
-            self._biases[device] = {k: v.to(device) for k, v in self._biases[torch.device("cpu")].items()}
+        if device not in self._biases:  # (two threads may both copy; the dict keeps one)
+            self._biases.setdefault(device, {k: v.to(device) for k, v in self._biases[torch.device("cpu")].items()})
         return self._biases[device][name]
 
 

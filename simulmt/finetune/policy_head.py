@@ -74,7 +74,7 @@ def collect(translator, layout, pairs, schedule, seed: int = 0, progress: bool =
             continue
         ex = points.example
         states = runner.hidden_states(ex.input_ids.tolist(), ex.position_ids.tolist(), ex.visible(layout))
-        hidden.append(states[points.indices])
+        hidden.append(states[points.indices].cpu())  # the head is fitted on the CPU, whatever the model's device
         labels.append(torch.tensor(points.labels))
     if not hidden:
         raise SimulmtError("no decision points: every training pair has a one-word source")

@@ -48,13 +48,17 @@ from simulmt.core.runner import attention_spec
 
 # ---- the loss --------------------------------------------------------------------------------------------------
 def label_logits(model, batch: dict, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits at the labelled positions (N, V), their labels (N,)), rows in batch-major, time order."""
-    labels = batch["labels"]
+    """(logits at the labelled positions (N, V), their labels (N,)), rows in batch-major, time order; the batch is
+    moved to the model's device (a collator builds it on the CPU; the Trainer has moved it already)."""
+    device = next(model.parameters()).device
+    labels = batch["labels"].to(device)
     keep = labels != IGNORE  # (B, T)
     mask = batch["attention_mask"]
+    mask = {k: v.to(device) for k, v in mask.items()} if isinstance(mask, dict) else mask.to(device)
     if dtype is not None:  # the additive masks follow the model's dtype (bf16 weights need a bf16 mask)
         mask = {k: v.to(dtype) for k, v in mask.items()} if isinstance(mask, dict) else mask.to(dtype)
-    out = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask,
+    out = model(input_ids=batch["input_ids"].to(device), position_ids=batch["position_ids"].to(device),
+                attention_mask=mask,
                 logits_to_keep=keep, use_cache=False)
     logits = out.logits
     if logits.dim() != 2 or logits.shape[0] != int(keep.sum()):
