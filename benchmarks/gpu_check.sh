@@ -4,7 +4,8 @@
 # section):
 #   1. the core's tests on tiny models, on the GPU (SIMULMT_TEST_DEVICE=cuda: parity, engine, guesses, decoding);
 #   2. translate / --batch-size on the GPU: auto dtype, and --batch-size 16 == --batch-size 1 in float32;
-#   3. where a forward's host time goes (benchmarks/host_overhead.py, benchmarks/profile_engine.py);
+#   3. where a forward's host time goes (benchmarks/host_overhead.py, benchmarks/profile_engine.py), and what a
+#      forward costs when its launches are one CUDA graph (benchmarks/gpu_ceiling.py);
 #   4. bench: streaming vs offline ms per target token, and many streams (1..64) in bfloat16;
 # on a Gemma-3-270M-shaped model with random weights (benchmarks/gpu_random_gemma.py says why and what that changes).
 #
@@ -19,7 +20,11 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 ADAPTER=simulmt/adapters/gemma-3-270m-expost-kmix-en-de
 MODEL=/tmp/gemma-random
-if [ "$SCALE" = small ]; then L1=8; L2=4; S="1,2"; L3=8; S3="2"; LT=6; PD=float32; else L1=32; L2=6; S="1,8,32"; L3=256; S3="64"; LT=32; PD=bfloat16; fi
+if [ "$SCALE" = small ]; then
+    L1=8; L2=4; S="1,2"; L3=8; S3="2"; LT=6; PD=float32; CEIL=1,2
+else
+    L1=32; L2=6; S="1,8,32"; L3=256; S3="64"; LT=32; PD=bfloat16; CEIL=1,16,64
+fi
 step() { printf '\n=== %s (%s s)\n' "$*" "$SECONDS"; }
 
 step environment
@@ -62,6 +67,7 @@ step "host time per forward: benchmarks/host_overhead.py (this machine's CPU), t
 $PY benchmarks/host_overhead.py --threads 1 --sentences 4 2>&1 | grep -v "Warning\|= func(\|warn"
 $PY benchmarks/profile_engine.py $MODEL --adapter $ADAPTER --device "$DEVICE" --dtype $PD --sentences 2 \
     --rows 14 2>&1 | grep -v "Warning\|= func(\|warn\|it/s\]\|USDT"
+$PY benchmarks/gpu_ceiling.py $MODEL --dtype $PD --rows "$CEIL" 2>&1 | grep -v "Warning\|= func(\|warn\|it/s\]"
 
 for dtype in ${BENCH_DTYPES:-bfloat16}; do
     step "bench: streaming vs offline, $L2 lines, $dtype"
