@@ -60,7 +60,7 @@ for b in 1 16; do
         || { echo "FAILED (rc=$?):"; grep -v "Warning\|= func(" "$OUT/bs$b.err" | tail -4; }
     echo "batch $b: $((SECONDS - start)) s, $(grep -c . "$OUT/bs$b.txt") non-empty lines of $(wc -l < /tmp/bs.en)"
 done
-if cmp -s "$OUT/bs1.txt" "$OUT/bs16.txt"; then echo "SAME: --batch-size 16 prints what --batch-size 1 prints"
+if [ -s "$OUT/bs1.txt" ] && cmp -s "$OUT/bs1.txt" "$OUT/bs16.txt"; then echo "SAME: --batch-size 16 prints what --batch-size 1 prints"
 else echo "DIFFERENT:"; diff "$OUT/bs1.txt" "$OUT/bs16.txt" | head -8; fi
 
 step "host time per forward: benchmarks/host_overhead.py (this machine's CPU), then the engine's ops on $DEVICE"

@@ -53,10 +53,9 @@ def label_logits(model, batch: dict, dtype: torch.dtype | None = None) -> tuple[
     device = next(model.parameters()).device
     labels = batch["labels"].to(device)
     keep = labels != IGNORE  # (B, T)
-    mask = batch["attention_mask"]
-    mask = {k: v.to(device) for k, v in mask.items()} if isinstance(mask, dict) else mask.to(device)
-    if dtype is not None:  # the additive masks follow the model's dtype (bf16 weights need a bf16 mask)
-        mask = {k: v.to(dtype) for k, v in mask.items()} if isinstance(mask, dict) else mask.to(dtype)
+    mask = batch["attention_mask"]  # additive masks follow ``dtype`` when given (bf16 weights need a bf16 mask)
+    mask = ({k: v.to(device=device, dtype=dtype) for k, v in mask.items()} if isinstance(mask, dict)
+            else mask.to(device=device, dtype=dtype))
     out = model(input_ids=batch["input_ids"].to(device), position_ids=batch["position_ids"].to(device),
                 attention_mask=mask,
                 logits_to_keep=keep, use_cache=False)
