@@ -23,6 +23,7 @@ from simulmt.core.prompt_format import PromptFormat, build_format, newline_ids, 
 from simulmt.core.runner import ModelRunner
 from simulmt.core.session import DecodeConfig, StreamingSession, Translation, WrittenWord
 from simulmt.core.engine import Engine, run_ordered
+from simulmt.core.fused_layers import fuse_for_inference
 from simulmt.core.packed_linear import weights_dtype
 from simulmt.errors import SimulmtError
 from simulmt.core.samplers import Sampler
@@ -55,10 +56,16 @@ class Translator:
 
     @classmethod
     def load(cls, model: str | None = None, adapter: str | None = "auto", *, source_lang: str = "en",
-             target_lang: str = "de", use_chat_template: bool = True, **load_kwargs) -> "Translator":
+             target_lang: str = "de", use_chat_template: bool = True, fuse: bool = True,
+             **load_kwargs) -> "Translator":
+        """``fuse``: run each RMSNorm as one operation and a gated MLP's gate and up projections as one product
+        (``simulmt.core.fused_layers``: the same outputs, fewer operations per forward), unless the adapter is
+        left unmerged (``merge_adapter=False``, to train it)."""
         from simulmt.models import DEFAULT_MODEL, load_model
 
         loaded = load_model(model or DEFAULT_MODEL, adapter, **load_kwargs)
+        if fuse and not any(type(m).__module__.startswith("peft.") for m in loaded.model.modules()):
+            fuse_for_inference(loaded.model)
         name = loaded.name + (f"+{loaded.adapter}" if loaded.adapter else "")
         head = PolicyHead.load(loaded.adapter_dir) if loaded.adapter_dir and (
             loaded.adapter_dir / HEAD_FILE).is_file() else None

@@ -209,7 +209,7 @@ def test_the_interleaved_adapter_stores_only_the_marker_rows_and_reloads_exactly
     from simulmt.finetune.trainer import finetune
 
     model_dir = saved_model_and_pairs(tmp_path, 8)
-    trained = Translator.load(str(model_dir), adapter=None, device="cpu")  # finetune trains this model in place
+    trained = Translator.load(str(model_dir), adapter=None, device="cpu", fuse=False)  # finetune trains it in place
     finetune(FinetuneOptions(train_source=str(tmp_path / "src"), train_target=str(tmp_path / "tgt"),
                              model=str(model_dir), output=str(tmp_path / "run"), recipe="interleaved", n=2,
                              max_steps=3, batch_size=4, grad_accum=1, lora_rank=4, lr=5e-2, warmup_steps=0,

@@ -42,6 +42,7 @@ from simulmt.finetune.options import FinetuneOptions, resume_conflicts
 from simulmt.finetune.recipes import Recipe
 from simulmt.finetune.schedules import Schedule
 from simulmt.core.alibi import adopt_alibi
+from simulmt.core.fused_layers import is_fused
 from simulmt.core.markers import MARKERS, add_interleaved_markers
 from simulmt.core.runner import attention_spec
 
@@ -272,6 +273,10 @@ def _world_size() -> int:
 def _wrap_model(model, options: FinetuneOptions, model_name: str, new_tokens: tuple[int, ...] = ()):
     """The model to train: every weight (--full), the --init-adapter, or a new LoRA adapter; ``new_tokens`` are
     added vocabulary rows (the interleaved markers) that a new LoRA adapter trains too."""
+    if is_fused(model):
+        raise SimulmtError("this model was fused for inference (Translator.load fuses its norms and MLPs): its "
+                           "layers are not the ones an adapter or a checkpoint names; load it with "
+                           "Translator.load(..., fuse=False) to train it")
     if options.full:
         for p in model.parameters():
             p.requires_grad_(True)
