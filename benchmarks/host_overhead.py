@@ -42,13 +42,16 @@ def tiny_gemma(vocab_size: int):
 def hf_ms(model, steps: int = 64) -> float:
     from transformers import DynamicCache
 
+    from simulmt.core.runner import cache_argument
+
     cache = DynamicCache()
-    model(input_ids=torch.arange(10, 42)[None], past_key_values=cache, use_cache=True)
+    cached = {cache_argument(model): cache}
+    model(input_ids=torch.arange(10, 42)[None], use_cache=True, **cached)
     token = torch.tensor([[7]])
     for timed in (False, True):
         start = time.perf_counter()
         for _ in range(steps):
-            model(input_ids=token, past_key_values=cache, use_cache=True)
+            model(input_ids=token, use_cache=True, **cached)
         if timed:
             return (time.perf_counter() - start) * 1000 / steps
     raise AssertionError

@@ -84,13 +84,16 @@ def plain_decode(model, batch: int, steps: int = 16, context: int = 32, seed: in
     attend over ``context + steps`` to ``context + 2 * steps`` keys; a CUDA device is synchronised around them."""
     from transformers import DynamicCache
 
+    from simulmt.core.runner import cache_argument
+
     device = next(model.parameters()).device
     vocab = model.get_input_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(100, min(vocab, 20000), (batch, context), generator=generator).to(device)
     cache = DynamicCache()
     last, first = torch.tensor([context - 1], device=device), torch.tensor([0], device=device)
-    out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=last)
+    cache_arg = cache_argument(model)
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=last, **{cache_arg: cache})
     token = out.logits[:, -1].argmax(-1, keepdim=True)
 
     def seconds() -> float:
@@ -98,7 +101,7 @@ def plain_decode(model, batch: int, steps: int = 16, context: int = 32, seed: in
         _synchronize(device)
         start = time.perf_counter()
         for _ in range(steps):
-            out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=first)
+            out = model(input_ids=token, use_cache=True, logits_to_keep=first, **{cache_arg: cache})
             token = out.logits[:, -1].argmax(-1, keepdim=True)
         _synchronize(device)  # the GPU's queue, not only the launches
         return time.perf_counter() - start

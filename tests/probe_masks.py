@@ -23,6 +23,7 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tiny_models import ARCHS, make_model, make_tokenizer  # noqa: E402
+from simulmt.core.runner import cache_argument  # noqa: E402
 
 NEG = torch.finfo(torch.float32).min
 T = 20
@@ -97,8 +98,8 @@ def incremental(model, ids, pos, mask):
             input_ids=ids[:, start:end],
             position_ids=pos[:, start:end],
             attention_mask=slice_mask(mask, slice(start, end), end),
-            past_key_values=cache,
             use_cache=True,
+            **{cache_argument(model): cache},
         ).logits[0]
         out[start:end] = lg
         start = end

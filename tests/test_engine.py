@@ -225,3 +225,20 @@ def test_an_architecture_whose_logits_are_not_its_head_is_refused():
     model.register_forward_hook(lambda module, args, output: output.__class__(logits=output.logits * 2.0))
     with pytest.raises(SimulmtError, match="does not support this architecture"):
         ModelRunner(model)
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "llama"])
+def test_the_cache_goes_by_the_name_the_model_takes_it_under(arch):
+    """transformers renamed ``past_key_values`` to ``cache`` (5.24 warns on every forward, 5.40 drops the old name):
+    the runner passes the name the model's forward has, so decoding warns nothing about it."""
+    import warnings
+
+    from simulmt.core.runner import cache_argument
+
+    tr = tiny_translator(arch)
+    assert cache_argument(tr.model) in {"cache", "past_key_values"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tr.translate(CORPUS[0], layout="expost", policy="wait-k", k=2)
+        tr.translate(CORPUS[0], layout="prefix", policy="wait-k", k=2)
+    assert not [w for w in caught if "past_key_values" in str(w.message)]

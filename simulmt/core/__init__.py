@@ -19,6 +19,7 @@ Read it bottom up, each file one concept:
 * ``batch_cache``, ``runner``, ``engine``: many streams served by one model, one packed forward per round;
 * ``prompt_cache``: a prompt's keys and values computed once and copied into every new stream that starts with it;
 * ``packed_linear``: linear weights in float16 prepacked for fbgemm (CPU), a model-side option of the runner;
+* ``fused_layers``: RMSNorms as one operation and gated MLPs as one product, for a model that only runs;
 * ``session``: one stream with an engine of its own (the live API for one sentence).
 
 Nothing here imports from the tools above it (translator, CLI, evaluation, benchmarks, fine-tuning, agent).

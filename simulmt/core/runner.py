@@ -10,6 +10,7 @@ The KV cache is a ``transformers.DynamicCache`` made without a config, so slidin
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +55,14 @@ def compute_model(model) -> ComputeModel:
     return ComputeModel(non_embedding_params=total - embedding - head, layers=config.num_hidden_layers,
                         attention_width=config.num_attention_heads * head_dim, hidden=config.hidden_size,
                         vocab=inp.weight.shape[0])
+
+
+def cache_argument(module) -> str:
+    """The name under which ``module``'s forward takes the KV cache: ``cache`` since transformers renamed it (5.24
+    warns that ``past_key_values`` goes away in 5.40), ``past_key_values`` before."""
+    if hasattr(module, "get_base_model"):  # a PEFT wrapper passes its keywords on to the model it wraps
+        module = module.get_base_model()
+    return "cache" if "cache" in inspect.signature(type(module).forward).parameters else "past_key_values"
 
 
 def attention_spec(model) -> tuple[list[str], int | None]:
@@ -106,6 +115,7 @@ class ModelRunner:
         self.decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
         self.head = model.get_output_embeddings()
         self.softcap = getattr(config, "final_logit_softcapping", None)
+        self.model_cache_arg, self.decoder_cache_arg = cache_argument(model), cache_argument(self.decoder)
         self._check_head()
 
     @torch.no_grad()
@@ -163,7 +173,7 @@ class ModelRunner:
             **ids_in,
             position_ids=torch.tensor([positions], device=self.device),
             attention_mask=self.masks(visible, query_start, target_side, distance),
-            past_key_values=cache,
+            **{self.model_cache_arg: cache},
             use_cache=cache is not None,
             logits_to_keep=keep,
         )
@@ -213,7 +223,7 @@ class ModelRunner:
         tokens = ({"inputs_embeds": self.embed(ids[:, None], embedded)} if embedded is not None
                   else {"input_ids": ids[:, None].to(self.device)})
         out = self.decoder(**tokens, position_ids=positions[:, None].to(self.device),
-                           attention_mask=masks, past_key_values=cache, use_cache=True)
+                           attention_mask=masks, use_cache=True, **{self.decoder_cache_arg: cache})
         hidden = out.last_hidden_state[:, 0].index_select(0, last.to(self.device))  # (R, hidden), contiguous
         if callable(head_rows):
             head_rows = head_rows(hidden.float())
