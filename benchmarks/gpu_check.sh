@@ -67,6 +67,8 @@ step "host time per forward: benchmarks/host_overhead.py (this machine's CPU), t
 $PY benchmarks/host_overhead.py --threads 1 --sentences 4 2>&1 | grep -v "Warning\|= func(\|warn"
 $PY benchmarks/profile_engine.py $MODEL --adapter $ADAPTER --device "$DEVICE" --dtype $PD --sentences 2 \
     --rows 14 2>&1 | grep -v "Warning\|= func(\|warn\|it/s\]\|USDT"
+$PY benchmarks/profile_engine.py $MODEL --adapter $ADAPTER --device "$DEVICE" --dtype $PD --sentences 2 \
+    --rows 1 --no-fuse 2>&1 | grep "torch ops each"   # the same without fused norms and MLPs (fused_layers.py)
 $PY benchmarks/gpu_ceiling.py $MODEL --dtype $PD --rows "$CEIL" 2>&1 | grep -v "Warning\|= func(\|warn\|it/s\]"
 
 for dtype in ${BENCH_DTYPES:-bfloat16}; do

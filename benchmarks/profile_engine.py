@@ -26,6 +26,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1, help="streams advanced together")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--rows", type=int, default=18)
+    parser.add_argument("--no-fuse", action="store_true", help="keep the model's own norms and MLPs (fused_layers.py)")
     args = parser.parse_args()
     from torch.profiler import ProfilerActivity, profile
 
@@ -34,7 +35,8 @@ def main() -> None:
 
     from simulmt.translator import Translator
 
-    tr = Translator.load(args.model, adapter=args.adapter, device=args.device, dtype=args.dtype)
+    tr = Translator.load(args.model, adapter=args.adapter, device=args.device, dtype=args.dtype,
+                         fuse=not args.no_fuse)
     lines = (open(args.source, encoding="utf-8").read().splitlines() if args.source else
              ["A man in a blue shirt is standing on a ladder cleaning windows.",
               "Two young girls are playing soccer in a green field."])[: args.sentences]
@@ -53,9 +55,11 @@ def main() -> None:
         wall = time.perf_counter() - start
     forwards = max(1, calls[0])
     tokens = sum(len(r.prediction.split()) for r in results)
-    print(f"{tr.name} on {tr.runner.device} ({args.dtype}), {args.batch_size} stream(s): {forwards} forwards, "
-          f"{wall * 1000 / forwards:.1f} ms each under the profiler, {tokens} target words")
     events = prof.key_averages()
+    ops = sum(e.count for e in events if e.key.startswith("aten::") or e.key.startswith("quantized::"))
+    print(f"{tr.name} on {tr.runner.device} ({args.dtype}{', not fused' if args.no_fuse else ''}), "
+          f"{args.batch_size} stream(s): {forwards} forwards, {wall * 1000 / forwards:.1f} ms each under the "
+          f"profiler, {ops / forwards:.0f} torch ops each, {tokens} target words")
     print(events.table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=48))
     for name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "aten::_local_scalar_dense", "aten::item",
                  "cudaMemcpyAsync", "cudaLaunchKernel", "aten::copy_", "aten::to"):
