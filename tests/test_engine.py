@@ -94,11 +94,17 @@ def test_translate_many_equals_translate_in_input_order():
 
 
 def test_live_streams_push_words_and_join_mid_run():
-    """Streams fed word by word, joining while others are half way, equal whole-sentence sessions."""
+    """Streams fed word by word, joining while others are half way, equal sessions fed word by word alone."""
     tr = tiny_translator("gemma3")  # sliding-window layers: per-layer-type masks over rows of different lengths
     texts = SOURCES[:3]
     policies = [WaitK(2), WaitK(1), ReadN(2, max_segment_words=2)]
-    singles = [alone(tr, t, Expost(slot=4), p) for t, p in zip(texts, policies)]
+    singles = []  # each alone, fed word by word too (given whole, a read's source is at hand: stream.py, read-ahead)
+    for text, policy in zip(texts, policies):
+        session = tr.session(Expost(slot=4), policy, record=True)
+        for j, word in enumerate(text.split()):
+            session.push([word], finished=j + 1 == len(text.split()))
+            list(session.advance())
+        singles.append(session)
     engine = Engine(tr.runner)
     streams = [tr.new_stream(Expost(slot=4), p, record=True) for p in policies]
     words = [t.split() for t in texts]

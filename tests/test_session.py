@@ -12,9 +12,14 @@ from simulmt.core.runner import ContextOverflowError
 from simulmt.core.session import DecodeConfig
 
 
-def test_live_pushes_give_the_same_translation_as_a_whole_sentence():
+def test_live_pushes_give_the_same_translation_as_a_whole_sentence(monkeypatch):
+    from simulmt.core.stream import Stream
+
     tr = tiny_translator("gemma3")
+    ahead = tr.translate(SOURCE, "expost", WaitK(2), slot=4)
+    monkeypatch.setattr(Stream, "read_ahead", False)  # given whole, a read's source is at hand (stream.py)
     whole = tr.translate(SOURCE, "expost", WaitK(2), slot=4)
+    monkeypatch.undo()
     session = tr.session("expost", WaitK(2), slot=4)
     words, streamed = SOURCE.split(), []
     for i, w in enumerate(words):
@@ -26,6 +31,8 @@ def test_live_pushes_give_the_same_translation_as_a_whole_sentence():
     live = session.result()
     assert live.prediction == whole.prediction == " ".join(streamed)
     assert live.delays == whole.delays and live.tokens_fed == whole.tokens_fed
+    assert (ahead.prediction, ahead.delays) == (whole.prediction, whole.delays)
+    assert ahead.forward_calls <= live.forward_calls == whole.forward_calls
 
 
 def test_read_n_waits_for_source_when_the_model_ends_a_segment():

@@ -65,6 +65,8 @@ class EngineStats:
 
 
 class Engine:
+    inference_mode = True  # serve in torch.inference_mode (False: torch.no_grad; to measure what it saves)
+
     def __init__(self, runner: ModelRunner, share_prompts: bool = True):
         self.runner = runner
         self.cache = BatchKVCache()
@@ -132,7 +134,7 @@ class Engine:
         """One packed forward: every new token of every request is a query row of its own (batch_cache.py). The
         cache's edits and the forward run in ``torch.inference_mode`` (no autograd bookkeeping: about 1 ms of a
         17 ms Gemma-3-270M decoder forward on a CPU; the same numbers); the streams receive ordinary tensors."""
-        with torch.inference_mode():
+        with torch.inference_mode() if self.inference_mode else torch.no_grad():
             (requests, rows, shared, counts, pairs, answered, got, logits, hidden,
              to_store) = self._forward(requests)
         logits = logits.clone()  # (an inference tensor cannot be saved for a backward pass, e.g. by GRPO's loss)
