@@ -24,7 +24,7 @@ from simulmt.core.runner import ModelRunner
 from simulmt.core.session import DecodeConfig, StreamingSession, Translation, WrittenWord
 from simulmt.core.engine import Engine, run_ordered
 from simulmt.core.fused_layers import fuse_for_inference
-from simulmt.core.packed_linear import weights_dtype
+from simulmt.core.packed_linear import has_adapter_layers, weights_dtype
 from simulmt.errors import SimulmtError
 from simulmt.core.samplers import Sampler
 from simulmt.core.stream import Stream, Vocabulary
@@ -64,7 +64,7 @@ class Translator:
         from simulmt.models import DEFAULT_MODEL, load_model
 
         loaded = load_model(model or DEFAULT_MODEL, adapter, **load_kwargs)
-        if fuse and not any(type(m).__module__.startswith("peft.") for m in loaded.model.modules()):
+        if fuse and not has_adapter_layers(loaded.model):
             fuse_for_inference(loaded.model)
         name = loaded.name + (f"+{loaded.adapter}" if loaded.adapter else "")
         head = PolicyHead.load(loaded.adapter_dir) if loaded.adapter_dir and (

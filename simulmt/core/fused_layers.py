@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from simulmt.core.packed_linear import PackedLinear
+from simulmt.core.packed_linear import PackedLinear, has_adapter_layers
 
 
 class FusedRMSNorm(nn.Module):
@@ -120,7 +120,7 @@ def fuse_for_inference(model: nn.Module) -> dict[str, int]:
     """Replace, in place, every RMSNorm and gated MLP of ``model`` that a fused module reproduces (see the module
     docstring). Returns how many of each were replaced: ``{"norms": n, "mlps": m}``. The model must be in eval mode
     with no adapter layers on it (merge an adapter first)."""
-    if any(type(m).__module__.startswith("peft.") for m in model.modules()):
+    if has_adapter_layers(model):
         raise ValueError("fuse_for_inference: merge the adapter first (its layers would lose their targets)")
     counts = {"norms": 0, "mlps": 0}
     for name, module in list(model.named_modules()):

@@ -83,7 +83,7 @@ def pack_linears(model: nn.Module) -> int:
         raise SimulmtError("float16-packed weights are for CPUs; on a GPU use --dtype bfloat16 or float16")
     if any(p.dtype != torch.float32 for p in params):
         raise SimulmtError("float16-packed weights start from a float32 model")
-    if any(type(m).__module__.startswith("peft.") for m in model.modules()):
+    if has_adapter_layers(model):
         raise SimulmtError("float16-packed weights need the adapter merged into the model (merge_adapter=True)")
     targets = [(name, m) for name, m in model.named_modules() if type(m) is nn.Linear]
     for name, linear in targets:  # every layer is checked before any is replaced: a refusal leaves the model as it was
@@ -93,6 +93,11 @@ def pack_linears(model: nn.Module) -> int:
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, PackedLinear(linear))
     return len(targets)
+
+
+def has_adapter_layers(model: nn.Module) -> bool:
+    """Does ``model`` hold PEFT adapter layers (an adapter not merged into its weights)?"""
+    return any(type(m).__module__.startswith("peft.") for m in model.modules())
 
 
 def weights_dtype(model: nn.Module) -> str:

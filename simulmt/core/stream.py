@@ -477,13 +477,18 @@ class Stream:
                                    logits_if=writes if guesses else None)
         return self.pending is None
 
-    def _opening_guess(self) -> tuple[tuple[PlacedToken, ...], tuple[PlacedToken, ...]]:
-        """What ``open_target`` would place now and the draft after it (a scratch copy of the layout's state), and
-        the draft's alternatives."""
+    def _scratch_state(self):
+        """A copy of the layout's state to try placements on (its lists copied, so the stream's own stay as they are)."""
         scratch = copy.copy(self.state)
         for f in fields(scratch):
             if isinstance(getattr(scratch, f.name), list):
                 setattr(scratch, f.name, list(getattr(scratch, f.name)))
+        return scratch
+
+    def _opening_guess(self) -> tuple[tuple[PlacedToken, ...], tuple[PlacedToken, ...]]:
+        """What ``open_target`` would place now and the draft after it (a scratch copy of the layout's state), and
+        the draft's alternatives."""
+        scratch = self._scratch_state()
         self.layout.open_target(scratch)
         n = len(self.state.tokens)
         if scratch.tokens[:n] != self.state.tokens or len(scratch.tokens) == n:
@@ -513,10 +518,7 @@ class Stream:
                         model_ended_segment=False, source_waiting=0)  # as if the word ended here
         if self.policy.decide(state) is not Action.READ:
             return ()
-        scratch = copy.copy(self.state)
-        for f in fields(scratch):
-            if isinstance(getattr(scratch, f.name), list):
-                setattr(scratch, f.name, list(getattr(scratch, f.name)))
+        scratch = self._scratch_state()
         while self.policy.decide(state) is Action.READ:
             if scratch.units_read >= len(self.units) or self.arrivals[scratch.units_read] > arrived:
                 return ()  # it would wait for more source (a later arrival): that forward comes when it does
