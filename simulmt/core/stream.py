@@ -478,7 +478,7 @@ class Stream:
         return self.pending is None
 
     def _scratch_state(self):
-        """A copy of the layout's state to try placements on (its lists copied, so the stream's own stay as they are)."""
+        """A copy of the layout's state to try placements on (its lists copied: the stream's own stay as they are)."""
         scratch = copy.copy(self.state)
         for f in fields(scratch):
             if isinstance(getattr(scratch, f.name), list):
