@@ -174,6 +174,20 @@ def test_policies_may_read_the_models_last_hidden_state():
     assert all(f.shape == (hidden,) for f in FeaturePolicy.seen)
 
 
+def test_streams_receive_ordinary_tensors_from_an_inference_mode_forward():
+    """The engine's forward runs in inference mode; what the streams keep (logits, hidden states) must not be
+    inference tensors: a loss over them (GRPO's) saves them for backward."""
+    tr = tiny_translator("llama")
+    FeaturePolicy.seen = []
+    session = alone(tr, SOURCES[0], Expost(slot=8), FeaturePolicy(2))
+    assert Engine.inference_mode and session.proposals and FeaturePolicy.seen
+    received = [p.logits for p in session.proposals] + FeaturePolicy.seen
+    assert not any(t.is_inference() for t in received)
+    scale = torch.ones((), requires_grad=True)
+    (received[0] * scale).logsumexp(-1).backward()  # saves the logits for backward: refused for inference tensors
+    assert scale.grad is not None
+
+
 def test_a_failing_stream_leaves_the_others_untouched():
     tr = tiny_translator("llama")  # 512 positions
     texts = [SOURCES[0], " ".join(["garden"] * 400), SOURCES[1]]

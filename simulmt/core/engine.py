@@ -137,8 +137,6 @@ class Engine:
         with torch.inference_mode() if self.inference_mode else torch.no_grad():
             (requests, rows, shared, counts, pairs, answered, got, logits, hidden,
              to_store) = self._forward(requests)
-        logits = logits.clone()  # (an inference tensor cannot be saved for a backward pass, e.g. by GRPO's loss)
-        hidden = hidden.clone() if hidden is not None else None
         starts = [0] + torch.cumsum(torch.tensor(counts), 0).tolist()[:-1]
         logit_rows, answer = 0, 0  # where each stream's rows begin in ``logits`` and in ``hidden``
         for i, ((stream, request), n) in enumerate(zip(requests, counts)):

@@ -225,13 +225,15 @@ class ModelRunner:
         out = self.decoder(**tokens, position_ids=positions[:, None].to(self.device),
                            attention_mask=masks, use_cache=True, **{self.decoder_cache_arg: cache})
         hidden = out.last_hidden_state[:, 0].index_select(0, last.to(self.device))  # (R, hidden), contiguous
-        if callable(head_rows):
-            head_rows = head_rows(hidden.float())
-        heads = hidden if head_rows is None else hidden.index_select(0, head_rows.nonzero()[:, 0].to(self.device))
-        logits = self.head(heads)
-        if self.softcap:
-            logits = torch.tanh(logits / self.softcap) * self.softcap
-        return logits.float(), hidden.float() if features else None
+        with torch.inference_mode(False), torch.no_grad():  # ordinary tensors out, whatever mode the caller is in
+            hidden = hidden.clone()  # (R rows of hidden size; the logits, R rows of the vocabulary, need no copy)
+            if callable(head_rows):
+                head_rows = head_rows(hidden.float())
+            heads = hidden if head_rows is None else hidden.index_select(0, head_rows.nonzero()[:, 0].to(self.device))
+            logits = self.head(heads)
+            if self.softcap:
+                logits = torch.tanh(logits / self.softcap) * self.softcap
+            return logits.float(), hidden.float() if features else None
 
 
 class ContextOverflowError(SimulmtError):
