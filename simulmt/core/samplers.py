@@ -31,10 +31,29 @@ def _log_prob(scores: torch.Tensor, token: int) -> float:
     return float(torch.log_softmax(scores.float(), dim=-1)[token])
 
 
+BLOCK = 512  # (``first_argmax``)
+
+
+def first_argmax(scores: torch.Tensor) -> int:
+    """``torch.argmax`` of a vector (the first maximum), found blockwise: on a CPU, torch's argmax of a 262k vocabulary
+    takes ~220 us where its maximum takes ~11 us (measured, 2 threads), so the maximum of each block of ``BLOCK``
+    scores is taken first, then the argmax of those, then the argmax within the first block that holds the maximum.
+    The same index as ``torch.argmax``, ties and -inf included (tested). On a GPU, torch's argmax as it is."""
+    n = scores.shape[-1]
+    if scores.dim() != 1 or scores.device.type != "cpu" or n <= BLOCK:
+        return int(torch.argmax(scores))
+    whole = n - n % BLOCK
+    maxima = torch.amax(scores[:whole].view(-1, BLOCK), dim=1)
+    if whole < n:  # the last block is shorter
+        maxima = torch.cat([maxima, scores[whole:].amax(dim=0, keepdim=True)])
+    start = int(torch.argmax(maxima)) * BLOCK
+    return start + int(torch.argmax(scores[start:start + BLOCK]))
+
+
 @dataclass
 class Greedy:
     def choose(self, scores: torch.Tensor, step: int) -> tuple[int, float]:
-        token = int(torch.argmax(scores))
+        token = first_argmax(scores)
         return token, _log_prob(scores, token)
 
     def describe(self) -> str:
