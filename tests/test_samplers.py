@@ -22,6 +22,8 @@ def test_first_argmax_is_torchs_argmax(n):
             x[n // 2] = float("nan")  # torch's argmax takes a NaN for the maximum
         assert first_argmax(x) == int(torch.argmax(x)), (n, trial)
     assert first_argmax(torch.full((n,), float("-inf"))) == 0
+    strided = torch.randn(2 * n, generator=generator)[::2]  # not contiguous
+    assert first_argmax(strided) == int(torch.argmax(strided))
 
 
 def test_greedy_takes_the_first_best_token():

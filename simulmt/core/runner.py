@@ -216,7 +216,8 @@ class ModelRunner:
         ``distances`` (N, K) for ALiBi models. Returns the logits (float32) of the queries ``last`` (R,), only of
         those where the boolean ``head_rows`` (R,) is true when it is given (or a function of the (R, hidden) last
         hidden states that returns it: which rows need the head can depend on them), and, when ``features``, the last
-        hidden states of all R. ``embedded``: rows for the ids < 0 (``embed``)."""
+        hidden states of all R. ``embedded``: rows for the ids < 0 (``embed``). Both are ordinary tensors even when
+        the caller runs in inference mode (the engine does): the LM head runs with it off."""
         masks = render_row_masks(visible[:, None, :], q_index[:, None], self.attention_types, self.window,
                                  self.dtype, self.device, self.alibi,
                                  None if distances is None else distances[:, None, :])

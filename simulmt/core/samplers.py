@@ -43,7 +43,7 @@ def first_argmax(scores: torch.Tensor) -> int:
     if scores.dim() != 1 or scores.device.type != "cpu" or n <= BLOCK:
         return int(torch.argmax(scores))
     whole = n - n % BLOCK
-    maxima = torch.amax(scores[:whole].view(-1, BLOCK), dim=1)
+    maxima = torch.amax(scores[:whole].reshape(-1, BLOCK), dim=1)
     if whole < n:  # the last block is shorter
         maxima = torch.cat([maxima, scores[whole:].amax(dim=0, keepdim=True)])
     start = int(torch.argmax(maxima)) * BLOCK
