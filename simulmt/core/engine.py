@@ -10,6 +10,10 @@
             at its position, masked from it, and one the layout places is moved into its slot; a forward shared by
             several streams feeds none: their rows would cost every stream); the LM head runs
             only on the rows that ask for logits (a learned policy's decision asks only if it writes).
+            With ``guess_rows`` set, a crowded forward (that many rows or more without its guesses) feeds no
+            guess at all: on a CPU its matrix products cost by the row, so a guess costs more than the round it
+            may save. The outputs are the same; the tokens fed and forwards counted then depend on the batch, so
+            only the service sets it (evaluation logs are the same for every batch size).
 
 A new stream whose first request starts with a prompt the engine has computed before takes that prompt's keys and
 values from the engine's ``PromptCache`` (prompt_cache.py) instead of computing them again.
@@ -54,6 +58,15 @@ class Event:
     error: SimulmtError | None = None
 
 
+def _without_guesses(request: ForwardRequest) -> ForwardRequest:
+    """The request without the guessed tokens after its list. A learned policy's decision asked for logits only for
+    its guesses (``logits_if``): without them it needs none."""
+    if not request.speculative:
+        return request
+    return replace(request, tokens=request.tokens[:len(request.tokens) - request.speculative], speculative=0,
+                   logits=request.logits and request.logits_if is None, logits_if=None)
+
+
 @dataclass
 class EngineStats:
     forwards: int = 0
@@ -67,8 +80,9 @@ class EngineStats:
 class Engine:
     inference_mode = True  # serve in torch.inference_mode (False: torch.no_grad; to measure what it saves)
 
-    def __init__(self, runner: ModelRunner, share_prompts: bool = True):
+    def __init__(self, runner: ModelRunner, share_prompts: bool = True, guess_rows: int | None = None):
         self.runner = runner
+        self.guess_rows = guess_rows  # a shared forward of this many rows or more (without guesses) feeds none
         self.cache = BatchKVCache()
         self.prompts = PromptCache() if share_prompts else None  # prompt_cache.py
         self.streams: list[Stream] = []  # stream i owns row i of the cache
@@ -167,6 +181,10 @@ class Engine:
         if len(requests) > 1:  # a shared forward: the alternatives' rows would cost every stream (measured), none fed
             requests = [(s, replace(r, tokens=r.tokens[:len(r.tokens) - r.alternatives], alternatives=0))
                         for s, r in requests]
+            crowded = self.guess_rows is not None and sum(len(r.tokens) - r.speculative
+                                                          for _, r in requests) >= self.guess_rows
+            if crowded:  # no guesses (see guess_rows)
+                requests = [(s, _without_guesses(r)) for s, r in requests]
         rows = [self._row(s) for s, _ in requests]
         for row, (_, request) in zip(rows, requests):
             if request.move is not None and request.move[1] < request.keep:  # (else the crop drops it anyway)
