@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The CUDA path in one short run, for a lent GPU machine (no network, 64 MiB of files per call, a few minutes;
-# sized to end in about 6 minutes on an H200, where each forward costs ~30-45 ms of host time: see README's GPU
-# section):
-#   1. the core's tests on tiny models, on the GPU (SIMULMT_TEST_DEVICE=cuda: parity, engine, guesses, decoding);
-#   2. translate / --batch-size on the GPU: auto dtype, and --batch-size 16 == --batch-size 1 in float32;
-#   3. where a forward's host time goes (benchmarks/host_overhead.py, benchmarks/profile_engine.py), and what a
-#      forward costs when its launches are one CUDA graph (benchmarks/gpu_ceiling.py);
-#   4. bench: streaming vs offline ms per target token, and many streams (1..64) in bfloat16;
+# The CUDA path in one short run, for a lent GPU machine (no network, 64 MiB of files per call, a few minutes):
+#   1. the engine with and without CUDA graphs, side by side (benchmarks/cuda_graphs.py): tokens/s, ms per forward,
+#      same words;
+#   2. the core's tests on tiny models, on the GPU (SIMULMT_TEST_DEVICE=cuda: parity, engine, guesses, decoding,
+#      the static-shape decoder; every engine forward there is a recorded and replayed CUDA graph);
+#   3. translate / --batch-size on the GPU: auto dtype, and --batch-size 16 == --batch-size 1 in float32;
+#   4. what a forward costs when its launches are one CUDA graph, without the engine (benchmarks/gpu_ceiling.py);
+#      with PROFILE=1 also where an eager forward's host time goes (host_overhead.py, profile_engine.py);
+#   5. bench: streaming vs offline ms per target token, and many streams in bfloat16;
 # on a Gemma-3-270M-shaped model with random weights (benchmarks/gpu_random_gemma.py says why and what that changes).
 #
 #   bash benchmarks/gpu_check.sh ASSETS OUT [DEVICE] [SCALE]
@@ -21,9 +22,9 @@ export PYTHONUNBUFFERED=1
 ADAPTER=simulmt/adapters/gemma-3-270m-expost-kmix-en-de
 MODEL=/tmp/gemma-random
 if [ "$SCALE" = small ]; then
-    L1=8; L2=4; S="1,2"; L3=8; S3="2"; LT=6; PD=float32; CEIL=1,2
+    L1=8; L2=4; S="1,2"; L3=8; S3="2"; LT=6; PD=float32; CEIL=1,2; LG=4; SG="1,2"; NG=2
 else
-    L1=32; L2=6; S="1,8,32"; L3=256; S3="64"; LT=32; PD=bfloat16; CEIL=1,16,64
+    L1=32; L2=6; S="1,8,32"; L3=256; S3="64"; LT=16; PD=bfloat16; CEIL=1,16,64; LG=16; SG="1,16"; NG=6
 fi
 step() { printf '\n=== %s (%s s)\n' "$*" "$SECONDS"; }
 
@@ -35,15 +36,20 @@ if torch.cuda.is_available():
     print("gpu", torch.cuda.get_device_name(0), "capability", torch.cuda.get_device_capability(0))
 EOF
 
+step "random gemma-3-270m-shaped model"
+[ -f $MODEL/model.safetensors ] || $PY benchmarks/gpu_random_gemma.py "$ASSETS" $MODEL
+
+step "the engine without and with CUDA graphs: $LG lines, streams $SG, $PD"
+timeout 240 $PY benchmarks/cuda_graphs.py $MODEL --adapter $ADAPTER --source "$ASSETS/src.en" --lines $LG \
+    --streams $SG --single $NG --dtype $PD --device "$DEVICE" 2>&1 | grep -v "Warning\|= func(\|warn\|it/s\]"
+
 if [ "$DEVICE" != cpu ]; then
     step "core tests on tiny models, SIMULMT_TEST_DEVICE=$DEVICE"
     SIMULMT_TEST_DEVICE=$DEVICE timeout 180 $PY -m pytest -q -p no:cacheprovider -m "not slow and not data" \
         tests/test_parity.py tests/test_engine.py tests/test_speculation.py tests/test_decoding.py \
-        tests/test_learned_policy.py tests/test_simulmask.py 2>&1 | tee "$OUT/tests.log" | tail -25
+        tests/test_learned_policy.py tests/test_simulmask.py tests/test_static_decoder.py tests/test_prompt_cache.py \
+        2>&1 | tee "$OUT/tests.log" | tail -25
 fi
-
-step "random gemma-3-270m-shaped model"
-[ -f $MODEL/model.safetensors ] || $PY benchmarks/gpu_random_gemma.py "$ASSETS" $MODEL
 
 step "translate, --dtype auto on $DEVICE (what auto becomes)"
 $PY -c "from simulmt.models import resolve_dtype; print('--dtype auto on $DEVICE ->', resolve_dtype('auto', '$DEVICE'))"
@@ -63,12 +69,14 @@ done
 if [ -s "$OUT/bs1.txt" ] && cmp -s "$OUT/bs1.txt" "$OUT/bs16.txt"; then echo "SAME: --batch-size 16 prints what --batch-size 1 prints"
 else echo "DIFFERENT:"; diff "$OUT/bs1.txt" "$OUT/bs16.txt" | head -8; fi
 
+if [ "${PROFILE:-0}" = 1 ]; then
 step "host time per forward: benchmarks/host_overhead.py (this machine's CPU), then the engine's ops on $DEVICE"
 $PY benchmarks/host_overhead.py --threads 1 --sentences 4 2>&1 | grep -v "Warning\|= func(\|warn"
 $PY benchmarks/profile_engine.py $MODEL --adapter $ADAPTER --device "$DEVICE" --dtype $PD --sentences 2 \
     --rows 14 2>&1 | grep -v "Warning\|= func(\|warn\|it/s\]\|USDT"
 $PY benchmarks/profile_engine.py $MODEL --adapter $ADAPTER --device "$DEVICE" --dtype $PD --sentences 2 \
     --rows 1 --no-fuse 2>&1 | grep "torch ops each"   # the same without fused norms and MLPs (fused_layers.py)
+fi
 $PY benchmarks/gpu_ceiling.py $MODEL --dtype $PD --rows "$CEIL" 2>&1 | grep -v "Warning\|= func(\|warn\|it/s\]"
 
 for dtype in ${BENCH_DTYPES:-bfloat16}; do

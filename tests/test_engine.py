@@ -226,7 +226,10 @@ def test_a_finished_streams_cache_is_freed_at_once():
     full = engine.cache.memory_bytes()
     assert engine.cache.rows == 3 and full > 0
     engine.remove(streams[1])
-    assert engine.cache.rows == 2 and engine.cache.memory_bytes() < full
+    if engine.cache.stable:  # (CUDA graphs: rows keep their place; the slot waits for the next stream)
+        assert engine.cache.rows == 2 and engine.cache.memory_bytes() == full and engine.cache._free == [1]
+    else:
+        assert engine.cache.rows == 2 and engine.cache.memory_bytes() < full
     streams[0].push([], finished=True)
     events = engine.run()
     assert any(e.stream is streams[0] and e.status is Status.DONE for e in events)

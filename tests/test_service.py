@@ -57,6 +57,12 @@ def service():
         yield address, hub
 
 
+def freed(cache) -> bool:
+    """Every row's memory is released: at once on a CPU; with CUDA graphs (a stable cache) the store stays for the
+    next clients, every slot free."""
+    return not cache.slots if cache.stable else cache.memory_bytes() == 0
+
+
 def receive_all(ws) -> list[dict]:
     messages = []
     try:
@@ -184,7 +190,7 @@ def test_a_client_that_vanishes_mid_sentence_frees_its_stream_at_once(service):
     deadline = time.time() + 20
     while (hub.engine.cache.rows or hub.clients) and time.time() < deadline:
         time.sleep(0.05)
-    assert hub.engine.cache.rows == 0 and not hub.clients and hub.engine.cache.memory_bytes() == 0
+    assert hub.engine.cache.rows == 0 and not hub.clients and freed(hub.engine.cache)
 
 
 def test_health_and_metrics(service):
@@ -240,7 +246,7 @@ def test_a_long_stream_finishes_with_memory_back_to_baseline(words):
         deadline = time.time() + 10
         while hub.clients and time.time() < deadline:
             time.sleep(0.05)
-        assert hub.engine.cache.rows == 0 and hub.engine.cache.memory_bytes() == 0 and not hub.owner
+        assert hub.engine.cache.rows == 0 and freed(hub.engine.cache) and not hub.owner
 
 
 def test_live_text_keeps_partial_words_and_cuts_sentences():

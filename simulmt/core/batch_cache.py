@@ -37,36 +37,84 @@ target keys cached before it, and every word boundary crops one token. A single 
 block-diagonal mask over all streams' keys (quadratic in the total) for the eager/SDPA paths we use on CPU;
 one query per batch row over its own stream's keys keeps every mask a (1, K) row and makes a crop free.
 
+**Stable storage** (``stable=True``, for CUDA graphs: static_decoder.py). A captured graph reads and writes the
+store at fixed addresses, so rows must not move. Each logical row then lives in a physical *slot* of the store;
+a row that leaves frees its slot for the next stream (no copy, no shrinking) and the store is reallocated only to
+grow (more slots, or twice the capacity), which gives it a new ``generation`` (unique across caches). One extra
+slot past the others is scratch: a static-shape forward's padding queries write there. The store is kept when
+the last row leaves, and when the cache is dropped it goes back to its ``pool`` (the runner's ``StaticDecoder``)
+for the next cache of the same model, with the graphs recorded on it. Logical rows, lengths and ``target_side``
+behave exactly as without it.
+
 The object is duck-typed for Hugging Face attention layers: they call ``update(keys, values, layer_idx)`` and
 attend over what it returns, with the 4-D masks the engine passes.
 """
 
 from __future__ import annotations
 
+import itertools
+import weakref
+
 import torch
+
+_GENERATIONS = itertools.count()  # unique across caches: a static decoder's graphs belong to one store
 
 
 class BatchKVCache:
-    def __init__(self, capacity: int = 64):
+    def __init__(self, capacity: int = 64, stable: bool = False, pool=None):
+        """``pool`` (stable only): where the store comes from and goes back to when the cache is dropped, so the
+        next cache of the same model takes it, and the CUDA graphs recorded on it (``StaticDecoder``)."""
         self.capacity = max(1, capacity)
+        self.stable = stable  # rows keep their place in the store (see the module's docstring)
+        self.slots: list[int] = []  # physical slot of each row in the store (stable: any; else row i is slot i)
+        self._free: list[int] = []  # stable: slots of rows that left, for the next rows
+        self._meta = {"generation": next(_GENERATIONS)}  # (shared with the pool's finalizer)
         self.lengths: list[int] = []  # cached tokens per row
         self.target_side: torch.Tensor = torch.zeros(0, self.capacity, dtype=torch.bool)  # per key, for masks
         self.keys: list[torch.Tensor | None] = []
         self.values: list[torch.Tensor | None] = []
+        self.pool = pool if stable else None
+        if self.pool is not None:
+            weakref.finalize(self, self.pool.give, self.keys, self.values, self._meta)
         self._served: torch.Tensor | None = None  # (N,) cache row of each query of the forward under way
         self._write: torch.Tensor | None = None  # (N,) index each query writes its key to
         self._key_count = 0  # keys the forward's queries attend over
         self._indices_on: tuple[torch.device, torch.Tensor, torch.Tensor] | None = None  # see _on
         self._view = False  # every row feeds exactly one token, in row order: attention reads a view
+        self._bound: tuple[torch.Tensor, torch.Tensor, int] | None = None  # see bind
+
+    @property
+    def generation(self) -> int:
+        """A number of the store's tensors: a new one whenever they are reallocated, unique across caches."""
+        return self._meta["generation"]
 
     # ---- rows ------------------------------------------------------------------------------------------------
     @property
     def rows(self) -> int:
         return len(self.lengths)
 
+    @property
+    def slot_count(self) -> int:
+        """Physical slots of the store, the scratch slot not counted (stable)."""
+        return self.keys[0].shape[0] - 1 if self.keys and self.keys[0] is not None else 0
+
+    @property
+    def scratch(self) -> int:
+        """The stable store's scratch slot: padding queries of a static-shape forward write there."""
+        return self.slot_count
+
     def add_row(self) -> int:
         self.lengths.append(0)
         self.target_side = torch.cat([self.target_side, torch.zeros(1, self.capacity, dtype=torch.bool)])
+        if self.stable:
+            if self._free:
+                self.slots.append(self._free.pop(0))
+            else:
+                self.slots.append(len(self.slots))
+                if self.layers_ready and self.slots[-1] >= self.slot_count:
+                    self._reallocate(2 * self.slot_count, self.capacity)
+            return self.rows - 1
+        self.slots.append(self.rows - 1)
         for store in (self.keys, self.values):
             for i, t in enumerate(store):
                 if t is not None:
@@ -77,6 +125,12 @@ class BatchKVCache:
         """Drop a row (later rows move up by one) and shrink the capacity to what the other rows use."""
         keep = torch.tensor([r for r in range(self.rows) if r != row], dtype=torch.long)
         del self.lengths[row]
+        if self.stable:  # its slot is free for the next row; nothing moves
+            self._free.append(self.slots.pop(row))
+            self._free.sort()
+            self.target_side = self.target_side.index_select(0, keep)
+            return
+        self.slots.pop()
         capacity = min(self.capacity, _grown(max(self.lengths, default=0)))
         self.target_side = self.target_side.index_select(0, keep)[:, :capacity].clone()
         for store in (self.keys, self.values):
@@ -92,10 +146,11 @@ class BatchKVCache:
             raise ValueError(f"cannot move cached token {source} of row {row} to {target}: it holds "
                              f"{self.lengths[row]}")
         self.target_side[row, target] = self.target_side[row, source]
+        slot = self.slots[row]
         for store in (self.keys, self.values):
             for t in store:
                 if t is not None:
-                    t[row, :, target] = t[row, :, source]
+                    t[slot, :, target] = t[slot, :, source]
 
     def crop(self, row: int, keep: int) -> None:
         if not 0 <= keep <= self.lengths[row]:
@@ -112,13 +167,14 @@ class BatchKVCache:
             self._grow(_grown(length))
         for store, given in ((self.keys, keys), (self.values, values)):
             for layer, t in enumerate(given):
-                store[layer][row, :, :length] = t.to(store[layer].dtype)
+                store[layer][self.slots[row], :, :length] = t.to(store[layer].dtype)
         self.target_side[row, :length] = False
         self.lengths[row] = length
 
     def copy_out(self, row: int, length: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The first ``length`` keys and values of a row, per layer, as fresh tensors."""
-        return ([t[row, :, :length].clone() for t in self.keys], [t[row, :, :length].clone() for t in self.values])
+        slot = self.slots[row]
+        return ([t[slot, :, :length].clone() for t in self.keys], [t[slot, :, :length].clone() for t in self.values])
 
     @property
     def layers_ready(self) -> bool:
@@ -137,16 +193,36 @@ class BatchKVCache:
         self.target_side[served, q_index] = target_side
         self._served, self._write, self._key_count = served, q_index, need
         self._indices_on = None  # (device, served, write) there; see _on
-        self._view = len(served) == self.rows and bool((served == torch.arange(self.rows)).all())
+        self._view = (not self.stable and len(served) == self.rows
+                      and bool((served == torch.arange(self.rows)).all()))
         for r, n in zip(rows, new_tokens):
             self.lengths[r] += n
         return q_index
 
+    def served_slots(self) -> torch.Tensor:
+        """(N,) the store slot each query of the prepared forward reads and writes (its row's slot)."""
+        return torch.tensor(self.slots, dtype=torch.long)[self._served] if self.stable else self._served
+
+    def write_indices(self) -> torch.Tensor:
+        """(N,) the key index each query of the prepared forward writes (in its row)."""
+        return self._write
+
+    def bind(self, slots: torch.Tensor, write: torch.Tensor, key_count: int) -> None:
+        """A static-shape forward (static_decoder.py): ``update`` writes and reads through these tensors (on the
+        store's device, padded queries included) and returns ``key_count`` keys per query, whatever the forward
+        prepared. Bound until ``unbind``; a captured CUDA graph keeps reading these same tensors."""
+        if not self.stable:
+            raise ValueError("only a stable cache (BatchKVCache(stable=True)) serves static-shape forwards")
+        self._bound = (slots, write, key_count)
+
+    def unbind(self) -> None:
+        self._bound = None
+
     def _on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The prepared forward's rows and key slots as index tensors on ``device`` (copied once per forward, not
+        """The prepared forward's slots and key indices as index tensors on ``device`` (copied once per forward, not
         per layer: on a GPU each copy is a host-to-device transfer)."""
         if self._indices_on is None or self._indices_on[0] != device:
-            self._indices_on = (device, self._served.to(device), self._write.to(device))
+            self._indices_on = (device, self.served_slots().to(device), self._write.to(device))
         return self._indices_on[1], self._indices_on[2]
 
     def key_sides(self) -> torch.Tensor:
@@ -160,23 +236,56 @@ class BatchKVCache:
             self.values.append(None)
         out = []
         for store, new in ((self.keys, key_states), (self.values, value_states)):
-            if store[layer_idx] is None:
-                store[layer_idx] = new.new_zeros((self.rows, new.shape[1], self.capacity, new.shape[3]))
+            if layer_idx == 0 and store[0] is None and self.pool is not None:
+                self._take_store(new)
+            if store[layer_idx] is None:  # stable: every slot taken so far, then the scratch slot
+                slots = max(self.slots, default=-1) + 2 if self.stable else self.rows
+                store[layer_idx] = new.new_zeros((slots, new.shape[1], self.capacity, new.shape[3]))
             full = store[layer_idx]
-            served, write = self._on(full.device)
+            served, write, count = self._bound if self._bound is not None else (*self._on(full.device),
+                                                                               self._key_count)
             full[served, :, write, :] = new[:, :, 0, :].to(full.dtype)
-            window = full[:, :, : self._key_count]
+            window = full[:, :, :count]
             out.append(window if self._view else window.index_select(0, served))
         return out[0], out[1]
 
     def _grow(self, capacity: int) -> None:
         extra = capacity - self.capacity
         self.target_side = torch.cat([self.target_side, torch.zeros(self.rows, extra, dtype=torch.bool)], dim=1)
+        if self.stable:
+            if self.layers_ready:
+                self._reallocate(self.slot_count, capacity)
+            self.capacity = capacity
+            return
         for store in (self.keys, self.values):
             for i, t in enumerate(store):
                 if t is not None:
                     store[i] = torch.cat([t, t.new_zeros((t.shape[0], t.shape[1], extra, t.shape[3]))], dim=2)
         self.capacity = capacity
+
+    def _reallocate(self, slots: int, capacity: int) -> None:
+        """Stable: a larger store (``slots`` slots plus scratch, ``capacity`` keys), every slot's keys copied."""
+        old = self.slot_count
+        for store in (self.keys, self.values):
+            for i, t in enumerate(store):
+                grown = t.new_zeros((slots + 1, t.shape[1], capacity, t.shape[3]))
+                grown[:old, :, : t.shape[2]] = t[:old]
+                store[i] = grown
+        self._meta["generation"] = next(_GENERATIONS)
+
+    def _take_store(self, new: torch.Tensor) -> None:
+        """Stable, first forward: take the pool's spare store if it is large enough for these rows and keys and
+        holds keys like ``new``'s (its old keys are stale: hidden, then overwritten, as after a crop)."""
+        spare = self.pool.take(max(self.slots, default=-1) + 1, self.capacity, new)
+        if spare is None:
+            return
+        keys, values, generation = spare
+        self.keys[:], self.values[:] = keys, values  # in place: the finalizer holds these lists
+        self._meta["generation"] = generation
+        if keys[0].shape[2] > self.capacity:
+            extra = keys[0].shape[2] - self.capacity
+            self.target_side = torch.cat([self.target_side, torch.zeros(self.rows, extra, dtype=torch.bool)], 1)
+            self.capacity = keys[0].shape[2]
 
     # ---- what transformers may ask -----------------------------------------------------------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:

@@ -83,7 +83,8 @@ class Engine:
     def __init__(self, runner: ModelRunner, share_prompts: bool = True, guess_rows: int | None = None):
         self.runner = runner
         self.guess_rows = guess_rows  # a shared forward of this many rows or more (without guesses) feeds none
-        self.cache = BatchKVCache()
+        # CUDA graphs (runner.static): rows fixed in the store, which comes from and goes back to the runner's pool
+        self.cache = BatchKVCache(stable=runner.static is not None, pool=runner.static)
         self.prompts = PromptCache() if share_prompts else None  # prompt_cache.py
         self.streams: list[Stream] = []  # stream i owns row i of the cache
         self.stats = EngineStats()

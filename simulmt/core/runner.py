@@ -11,6 +11,7 @@ The KV cache is a ``transformers.DynamicCache`` made without a config, so slidin
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +19,7 @@ import torch
 from simulmt.errors import SimulmtError
 from simulmt.core.alibi import Alibi, adopt_alibi
 from simulmt.core.packed_linear import PackedLinear, packed_weight_count
+from simulmt.core.static_decoder import StaticDecoder
 from simulmt.core.visibility import Distance, additive, key_distances, sliding
 
 
@@ -102,7 +104,9 @@ def render_row_masks(visible: torch.Tensor, q_index: torch.Tensor, attention_typ
 
 
 class ModelRunner:
-    def __init__(self, model):
+    def __init__(self, model, cuda_graphs: bool = True):
+        """``cuda_graphs``: on a GPU, run the engine's forwards as replayed CUDA graphs (static_decoder.py; the
+        environment variable ``SIMULMT_CUDA_GRAPHS=0`` turns them off too). Elsewhere it changes nothing."""
         self.model = model
         config = _text_config(model)
         self.max_positions = getattr(config, "max_position_embeddings", None)
@@ -117,6 +121,8 @@ class ModelRunner:
         self.softcap = getattr(config, "final_logit_softcapping", None)
         self.model_cache_arg, self.decoder_cache_arg = cache_argument(model), cache_argument(self.decoder)
         self._check_head()
+        graphs = cuda_graphs and os.environ.get("SIMULMT_CUDA_GRAPHS", "1") != "0" and self.device.type == "cuda"
+        self.static: StaticDecoder | None = StaticDecoder(self) if graphs else None  # engines then keep stable caches
 
     @torch.no_grad()
     def _check_head(self) -> None:
@@ -146,6 +152,13 @@ class ModelRunner:
                                       target_side[None], torch.ones_like(target_side)[None].bool())
         return render_masks(visible[None], query_start, self.attention_types, self.window, self.dtype, self.device,
                             self.alibi, distances)
+
+    def row_masks(self, visible: torch.Tensor, q_index: torch.Tensor, distances: torch.Tensor | None = None):
+        """(N, K) boolean, one query per row at key index ``q_index`` (N,) -> the decoder's ``attention_mask`` for a
+        packed forward: (N, 1, 1, K), or a dict of them (``render_row_masks``)."""
+        return render_row_masks(visible[:, None, :], q_index[:, None], self.attention_types, self.window,
+                                self.dtype, self.device, self.alibi,
+                                None if distances is None else distances[:, None, :])
 
     def check_positions(self, positions: list[int]) -> None:
         if self.max_positions is not None and positions and max(positions) >= self.max_positions:
@@ -217,15 +230,18 @@ class ModelRunner:
         those where the boolean ``head_rows`` (R,) is true when it is given (or a function of the (R, hidden) last
         hidden states that returns it: which rows need the head can depend on them), and, when ``features``, the last
         hidden states of all R. ``embedded``: rows for the ids < 0 (``embed``). Both are ordinary tensors even when
-        the caller runs in inference mode (the engine does): the LM head runs with it off."""
-        masks = render_row_masks(visible[:, None, :], q_index[:, None], self.attention_types, self.window,
-                                 self.dtype, self.device, self.alibi,
-                                 None if distances is None else distances[:, None, :])
-        tokens = ({"inputs_embeds": self.embed(ids[:, None], embedded)} if embedded is not None
-                  else {"input_ids": ids[:, None].to(self.device)})
-        out = self.decoder(**tokens, position_ids=positions[:, None].to(self.device),
-                           attention_mask=masks, use_cache=True, **{self.decoder_cache_arg: cache})
-        hidden = out.last_hidden_state[:, 0].index_select(0, last.to(self.device))  # (R, hidden), contiguous
+        the caller runs in inference mode (the engine does): the LM head runs with it off. With ``static`` (on a GPU)
+        the decoder runs as a replayed CUDA graph when the forward allows it (static_decoder.py)."""
+        if self.static is not None and self.static.serves(cache, embedded, distances, len(ids)):
+            states = self.static(ids, positions, visible, q_index, cache)
+        else:
+            tokens = ({"inputs_embeds": self.embed(ids[:, None], embedded)} if embedded is not None
+                      else {"input_ids": ids[:, None].to(self.device)})
+            out = self.decoder(**tokens, position_ids=positions[:, None].to(self.device),
+                               attention_mask=self.row_masks(visible, q_index, distances), use_cache=True,
+                               **{self.decoder_cache_arg: cache})
+            states = out.last_hidden_state[:, 0]
+        hidden = states.index_select(0, last.to(self.device))  # (R, hidden), contiguous
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors out, whatever mode the caller is in
             hidden = hidden.clone()  # (R rows of hidden size; the logits, R rows of the vocabulary, need no copy)
             if callable(head_rows):

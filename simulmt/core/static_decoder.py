@@ -1,0 +1,175 @@
+"""The decoder at static shapes: a packed forward padded to a bucket of rows and keys, replayed as a CUDA graph.
+
+On a GPU a small model's forward is host-bound: Gemma-3-270M's is ~2,000 kernels launched one by one from Python,
+~45 ms of host time on a lent H200 for ~1 ms of GPU work (README, "What was checked on a GPU"). A CUDA graph
+records those launches once and replays them with one call, but it replays fixed shapes at fixed addresses. So a
+packed forward (batch_cache.py: N queries of one token, each over its own cache row's K keys) is padded:
+
+    queries   N -> Nb, the next power of two (at most ``max_rows``; a larger forward runs as it is)
+    keys      K -> the cache's capacity (a power of two: it doubles when a row needs more), so the graphs are
+              one per row bucket while the capacity holds (a GPU idles through a small model's forward anyway)
+    padding   a padded query has id 0 and position 0, writes its key to the cache's scratch slot, sees only
+              that slot's first key, and its output row is dropped; a padded key is hidden from every query
+
+and its inputs (ids, positions, masks, each query's cache slot and key index) are copied into buffers that belong
+to the bucket (Nb, capacity). The first forward of a bucket records its graph; every later one copies its inputs in and
+replays it. The cache must be stable (``BatchKVCache(stable=True)``: rows never move in the store), and the graphs
+are those of its store (its ``generation``: a store reallocated to grow has new addresses, so its graphs are
+recorded again on use). A dropped engine's store comes back here (``give``) and the next engine's cache takes it
+(``take``), so a run of one-sentence sessions records its graphs once, not per sentence. The outputs are those of the plain forward up to float rounding (more, masked keys in each sum).
+
+Without ``graphs`` (or off CUDA) the same padded call runs eagerly: the tests check on a CPU that it gives what
+the plain forward gives, which is what the graph replays. Models whose masks carry ALiBi biases, and inputs that
+carry embeddings (speech frames), run as they are.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from simulmt.core.batch_cache import BatchKVCache
+
+def bucket(n: int) -> int:
+    """The next power of two >= ``n``."""
+    size = 1
+    while size < n:
+        size *= 2
+    return size
+
+
+@dataclass
+class _Bucket:
+    """One (rows, keys) shape: its input buffers, its graph and output once recorded."""
+
+    ids: torch.Tensor  # (Nb, 1)
+    positions: torch.Tensor  # (Nb, 1)
+    slots: torch.Tensor  # (Nb,) cache slot of each query
+    write: torch.Tensor  # (Nb,) key index each query writes
+    masks: dict[str, torch.Tensor]  # attention type -> (Nb, 1, 1, capacity)
+    graph: object = None  # torch.cuda.CUDAGraph once recorded
+    out: torch.Tensor | None = None  # (Nb, 1, hidden): what the graph writes
+
+
+class StaticDecoder:
+    def __init__(self, runner, graphs: bool = True, max_rows: int = 512):
+        self.runner = runner
+        self.graphs = graphs and runner.device.type == "cuda"
+        self.max_rows = max_rows
+        self.buckets: OrderedDict[int, dict[tuple[int, int], _Bucket]] = OrderedDict()  # per store generation
+        self.spare: tuple[list, list, int] | None = None  # a dropped cache's store (keys, values, generation)
+        self.memory = torch.cuda.graph_pool_handle() if self.graphs else None  # one memory pool for all graphs
+        self.recorded = 0  # graphs recorded so far
+        self.served = 0  # forwards run at static shapes
+
+    def serves(self, cache, embedded: torch.Tensor | None, distances: torch.Tensor | None, rows: int) -> bool:
+        """Whether this forward can run at static shapes: a stable cache whose store exists (the first forward
+        creates it), token ids only, no ALiBi, at most ``max_rows`` queries."""
+        return (isinstance(cache, BatchKVCache) and cache.stable and cache.layers_ready and embedded is None
+                and distances is None and rows <= self.max_rows)
+
+    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, q_index: torch.Tensor,
+                 cache: BatchKVCache) -> torch.Tensor:
+        """The packed forward of ``runner.forward_packed`` (same arguments) -> (N, hidden) last hidden states of
+        all N queries, valid until the next call."""
+        n, k = visible.shape
+        rows, keys = bucket(n), cache.capacity
+        b = self._buckets(cache.generation).get((rows, keys)) or self._new_bucket(cache.generation, rows, keys)
+        self.served += 1
+        self._fill(b, ids, positions, visible, q_index, cache, n, rows, keys)
+        cache.bind(b.slots, b.write, keys)
+        try:
+            if not self.graphs:
+                out = self._run(b, cache)
+            else:
+                if b.graph is None:
+                    self._record(b, cache)
+                b.graph.replay()
+                out = b.out
+        finally:
+            cache.unbind()
+        return out[:n, 0]
+
+    # ---- stores ------------------------------------------------------------------------------------------------
+    def give(self, keys: list, values: list, meta: dict) -> None:
+        """A dropped stable cache's store (its finalizer calls this): kept for the next cache, one at a time."""
+        if keys and all(t is not None for t in keys + values):
+            self.spare = (keys, values, meta["generation"])
+
+    def take(self, slots: int, capacity: int, like: torch.Tensor) -> tuple[list, list, int] | None:
+        """The spare store if it has ``slots`` slots and ``capacity`` keys or more, for keys like ``like`` (N, H,
+        1, D): its keys, values and generation; else None (the cache makes its own)."""
+        if self.spare is None:
+            return None
+        keys, values, generation = self.spare
+        first = keys[0]
+        if (first.shape[0] - 1 < slots or first.shape[2] < capacity or first.shape[1] != like.shape[1]
+                or first.shape[3] != like.shape[3] or first.device != like.device):
+            return None
+        self.spare = None
+        return keys, values, generation
+
+    def _buckets(self, generation: int) -> dict[tuple[int, int], _Bucket]:
+        """The buckets recorded on one store; those of the two most recently used stores are kept (a store that
+        grew or was dropped for good leaves its graphs behind: they are freed with them)."""
+        if generation not in self.buckets:
+            self.buckets[generation] = {}
+            while len(self.buckets) > 2:
+                self.buckets.popitem(last=False)
+        self.buckets.move_to_end(generation)
+        return self.buckets[generation]
+
+    # ---- buffers -----------------------------------------------------------------------------------------------
+    def _new_bucket(self, generation: int, rows: int, keys: int) -> _Bucket:
+        device, dtype = self.runner.device, self.runner.dtype
+        index = lambda: torch.zeros(rows, dtype=torch.long, device=device)  # noqa: E731
+        b = _Bucket(ids=index()[:, None].clone(), positions=index()[:, None].clone(), slots=index(), write=index(),
+                    masks={kind: torch.zeros(rows, 1, 1, keys, dtype=dtype, device=device)
+                           for kind in self.runner.attention_types})
+        self._buckets(generation)[(rows, keys)] = b
+        return b
+
+    def _fill(self, b: _Bucket, ids, positions, visible, q_index, cache, n: int, rows: int, keys: int) -> None:
+        """Copy this forward's inputs into the bucket's buffers, padded (see the module's docstring)."""
+        padded = torch.zeros(rows, keys, dtype=torch.bool)
+        padded[:n, : visible.shape[1]] = visible
+        padded[n:, 0] = True  # a padded query sees its scratch slot's first key (a row of all hidden keys is NaN)
+        at = torch.zeros(rows, dtype=torch.long)
+        at[:n] = q_index
+        masks = self.runner.row_masks(padded, at)
+        masks = masks if isinstance(masks, dict) else {self.runner.attention_types[0]: masks}
+        for kind, mask in masks.items():
+            b.masks[kind].copy_(mask, non_blocking=True)
+        slots = torch.full((rows,), cache.scratch, dtype=torch.long)
+        slots[:n] = cache.served_slots()
+        write = torch.zeros(rows, dtype=torch.long)
+        write[:n] = cache.write_indices()
+        for buffer, values in ((b.ids, ids), (b.positions, positions)):
+            full = torch.zeros(rows, dtype=torch.long)
+            full[:n] = values
+            buffer.copy_(full[:, None], non_blocking=True)
+        b.slots.copy_(slots, non_blocking=True)
+        b.write.copy_(write, non_blocking=True)
+
+    # ---- running -----------------------------------------------------------------------------------------------
+    def _run(self, b: _Bucket, cache) -> torch.Tensor:
+        masks = b.masks if len(b.masks) > 1 else next(iter(b.masks.values()))
+        out = self.runner.decoder(input_ids=b.ids, position_ids=b.positions, attention_mask=masks, use_cache=True,
+                                  **{self.runner.decoder_cache_arg: cache})
+        return out.last_hidden_state
+
+    def _record(self, b: _Bucket, cache) -> None:
+        """Record the bucket's graph: one eager run on a side stream first (lazy initialisations may not happen
+        during a recording), then the recording. Both write the forward's own keys, as the replay does again."""
+        side = torch.cuda.Stream(self.runner.device)
+        side.wait_stream(torch.cuda.current_stream(self.runner.device))
+        with torch.cuda.stream(side):
+            self._run(b, cache)
+        torch.cuda.current_stream(self.runner.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.memory):
+            b.out = self._run(b, cache)
+        b.graph = graph
+        self.recorded += 1

@@ -1,0 +1,128 @@
+"""The decoder at static shapes (static_decoder.py: what a CUDA graph replays) gives what the plain packed forward
+gives: predictions, delays and compute counts identical, logits within the engine's tolerance, with streams joining
+and leaving, prompts shared, guesses and alternatives, sliding windows. On a CPU the padded call runs eagerly; with
+``SIMULMT_TEST_DEVICE=cuda`` the same tests record and replay real CUDA graphs. And the stable cache underneath:
+rows keep their slot in the store, a free slot is reused, growing keeps every key, the store outlives its rows.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import tiny_translator
+from simulmt.core.batch_cache import BatchKVCache
+from simulmt.core.engine import Engine, run_batched
+from simulmt.core.static_decoder import StaticDecoder, bucket
+from test_engine import SOURCES, alone, assert_same, jobs
+from tiny_models import TEST_DEVICE
+
+
+def run_jobs(tr, static: StaticDecoder | None):
+    """``jobs()`` alone and 4 at a time through the engine, with ``static`` as the runner's static decoder."""
+    before = tr.runner.static
+    tr.runner.static = static
+    try:
+        work = jobs()
+        singles = [alone(tr, *job) for job in work]
+        streams = []
+        for text, layout, policy in work:
+            stream = tr.new_stream(layout, policy, record=True)
+            stream.push(text.split(), finished=True)
+            streams.append(stream)
+        engine = Engine(tr.runner)
+        assert engine.cache.stable == (static is not None)
+        run_batched(streams, engine, batch_size=4)
+        assert engine.stats.shared_tokens > 0 and not engine.streams
+        return singles, streams
+    finally:
+        tr.runner.static = before
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2", "mistral"])
+def test_static_shapes_give_what_the_plain_forward_gives(arch):
+    tr = tiny_translator(arch)
+    static = StaticDecoder(tr.runner, graphs=TEST_DEVICE == "cuda")
+    plain_singles, plain_streams = run_jobs(tr, None)
+    singles, streams = run_jobs(tr, static)
+    assert static.served > 0 and len(static.buckets) > 1  # several shapes, most forwards static
+    if static.graphs:
+        assert static.recorded > 0
+    for plain, static_run in zip(plain_singles + plain_streams, singles + streams):
+        assert_same(plain, static_run)
+
+
+def test_the_next_engine_takes_the_store_and_graphs_of_a_dropped_one():
+    """One-sentence sessions (``translate``) each make an engine: the store, and the graphs recorded on it, pass
+    from one to the next instead of being made again per sentence."""
+    tr = tiny_translator("llama")
+    before, tr.runner.static = tr.runner.static, StaticDecoder(tr.runner, graphs=TEST_DEVICE == "cuda")
+    try:
+        static = tr.runner.static
+        first = tr.translate(SOURCES[0], "expost", "wait-k", k=2)
+        generation = next(reversed(static.buckets))  # the store it ended with (it may have grown once on the way)
+        tr.translate(SOURCES[0], "expost", "wait-k", k=2)  # at that store's size from the start: a shape or two more
+        made, recorded = len(static.buckets[generation]), static.recorded
+        again = tr.translate(SOURCES[0], "expost", "wait-k", k=2)
+        assert next(reversed(static.buckets)) == generation and len(static.buckets[generation]) == made > 1
+        assert static.recorded == recorded and again.prediction == first.prediction
+    finally:
+        tr.runner.static = before
+
+
+def test_a_forward_the_static_decoder_cannot_take_runs_as_it_is():
+    tr = tiny_translator("llama")
+    static = StaticDecoder(tr.runner, graphs=False, max_rows=2)  # every prompt forward is larger
+    _, streams = run_jobs(tr, static)
+    plain_singles, _ = run_jobs(tr, None)
+    assert static.served > 0
+    for plain, stream in zip(plain_singles, streams):
+        assert stream.result().prediction == plain.result().prediction
+
+
+def test_buckets_are_powers_of_two():
+    assert [bucket(n) for n in (1, 2, 3, 5, 16, 17)] == [1, 2, 4, 8, 16, 32]
+
+
+def test_a_stable_cache_keeps_each_rows_slot_and_reuses_free_ones():
+    cache = BatchKVCache(capacity=16, stable=True)
+    assert cache.generation != BatchKVCache(stable=True).generation  # graphs recorded on one are not another's
+    generations = [cache.generation]
+    for _ in range(3):
+        cache.add_row()
+    cache.prepare([0, 1, 2], [2, 1, 1], torch.tensor([False] * 4))
+    keys = torch.arange(4, dtype=torch.float).reshape(4, 1, 1, 1).expand(4, 1, 1, 2)
+    cache.update(keys, keys, 0)
+    assert cache.slots == [0, 1, 2] and cache.slot_count == 3 and cache.scratch == 3
+    store = cache.keys[0]
+    cache.remove_row(1)  # nothing moves: row 1 (was row 2) keeps slot 2
+    assert cache.slots == [0, 2] and cache.keys[0] is store and cache.lengths == [2, 1]
+    cache.add_row()  # takes the free slot
+    assert cache.slots == [0, 2, 1] and cache.keys[0] is store and cache.generation == generations[0]
+    assert cache.copy_out(1, 1)[0][0].flatten().tolist() == [3.0, 3.0]  # row 1's key, read from slot 2
+    cache.add_row()  # no slot free: the store doubles its slots, every key kept
+    assert cache.slots == [0, 2, 1, 3] and cache.slot_count == 6 and cache.generation not in generations
+    generations.append(cache.generation)
+    assert torch.equal(cache.keys[0][:3], store[:3])
+    cache.prepare([3], [20], torch.tensor([True] * 20))  # more keys than the capacity: it doubles
+    assert cache.capacity == 32 and cache.generation not in generations
+    assert torch.equal(cache.keys[0][:3, :, :16], store[:3])
+    grown = cache.keys[0]
+    for row in reversed(range(4)):
+        cache.remove_row(row)
+    assert cache.rows == 0 and cache.keys[0] is grown and cache._free == [0, 1, 2, 3]  # kept for the next streams
+
+
+def test_a_bound_cache_writes_and_reads_through_the_given_buffers():
+    cache = BatchKVCache(capacity=16, stable=True)
+    cache.add_row()
+    cache.prepare([0], [1], torch.tensor([False]))
+    cache.update(torch.ones(1, 1, 1, 2), torch.ones(1, 1, 1, 2), 0)  # creates the store: slot 0, scratch 1
+    cache.prepare([0], [1], torch.tensor([False]))
+    cache.bind(torch.tensor([0, cache.scratch]), torch.tensor([1, 0]), 16)  # one padded query
+    k, _ = cache.update(torch.full((2, 1, 1, 2), 2.0), torch.full((2, 1, 1, 2), 2.0), 0)
+    cache.unbind()
+    assert k.shape == (2, 1, 16, 2)  # the bound key count, not the forward's
+    assert cache.keys[0][0, 0, :2, 0].tolist() == [1.0, 2.0] and cache.keys[0][1, 0, 0, 0] == 2.0
+    with pytest.raises(ValueError, match="stable"):
+        BatchKVCache().bind(torch.tensor([0]), torch.tensor([0]), 16)
