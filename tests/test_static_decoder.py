@@ -62,10 +62,11 @@ def test_the_next_engine_takes_the_store_and_graphs_of_a_dropped_one():
         first = tr.translate(SOURCES[0], "expost", "wait-k", k=2)
         generation = next(reversed(static.buckets))  # the store it ended with (it may have grown once on the way)
         tr.translate(SOURCES[0], "expost", "wait-k", k=2)  # at that store's size from the start: a shape or two more
-        made, recorded = len(static.buckets[generation]), static.recorded
+        made, recorded, served = len(static.buckets[generation]), static.recorded, static.served
         again = tr.translate(SOURCES[0], "expost", "wait-k", k=2)
         assert next(reversed(static.buckets)) == generation and len(static.buckets[generation]) == made > 1
         assert static.recorded == recorded and again.prediction == first.prediction
+        assert static.served - served == again.forward_calls  # the first forward too: the store was there already
     finally:
         tr.runner.static = before
 

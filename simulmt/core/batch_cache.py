@@ -107,6 +107,10 @@ class BatchKVCache:
         self.lengths.append(0)
         self.target_side = torch.cat([self.target_side, torch.zeros(1, self.capacity, dtype=torch.bool)])
         if self.stable:
+            if not self.layers_ready and self.pool is not None:  # a dropped cache's store, if it is large enough
+                self.slots.append(max(self.slots, default=-1) + 1)
+                self._take_store()
+                self.slots.pop()
             if self._free:
                 self.slots.append(self._free.pop(0))
             else:
@@ -236,8 +240,6 @@ class BatchKVCache:
             self.values.append(None)
         out = []
         for store, new in ((self.keys, key_states), (self.values, value_states)):
-            if layer_idx == 0 and store[0] is None and self.pool is not None:
-                self._take_store(new)
             if store[layer_idx] is None:  # stable: every slot taken so far, then the scratch slot
                 slots = max(self.slots, default=-1) + 2 if self.stable else self.rows
                 store[layer_idx] = new.new_zeros((slots, new.shape[1], self.capacity, new.shape[3]))
@@ -273,10 +275,10 @@ class BatchKVCache:
                 store[i] = grown
         self._meta["generation"] = next(_GENERATIONS)
 
-    def _take_store(self, new: torch.Tensor) -> None:
-        """Stable, first forward: take the pool's spare store if it is large enough for these rows and keys and
-        holds keys like ``new``'s (its old keys are stale: hidden, then overwritten, as after a crop)."""
-        spare = self.pool.take(max(self.slots, default=-1) + 1, self.capacity, new)
+    def _take_store(self) -> None:
+        """Stable, before the first forward: take the pool's spare store (the same model's) if it has a slot for
+        every row and the capacity (its old keys are stale: hidden, then overwritten, as after a crop)."""
+        spare = self.pool.take(max(self.slots, default=-1) + 1, self.capacity)
         if spare is None:
             return
         keys, values, generation = spare

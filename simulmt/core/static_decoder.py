@@ -65,8 +65,8 @@ class StaticDecoder:
         self.served = 0  # forwards run at static shapes
 
     def serves(self, cache, embedded: torch.Tensor | None, distances: torch.Tensor | None, rows: int) -> bool:
-        """Whether this forward can run at static shapes: a stable cache whose store exists (the first forward
-        creates it), token ids only, no ALiBi, at most ``max_rows`` queries."""
+        """Whether this forward can run at static shapes: a stable cache whose store exists (a cache's first forward
+        makes it, unless the cache took a dropped one's), token ids only, no ALiBi, at most ``max_rows`` queries."""
         return (isinstance(cache, BatchKVCache) and cache.stable and cache.layers_ready and embedded is None
                 and distances is None and rows <= self.max_rows)
 
@@ -98,15 +98,13 @@ class StaticDecoder:
         if keys and all(t is not None for t in keys + values):
             self.spare = (keys, values, meta["generation"])
 
-    def take(self, slots: int, capacity: int, like: torch.Tensor) -> tuple[list, list, int] | None:
-        """The spare store if it has ``slots`` slots and ``capacity`` keys or more, for keys like ``like`` (N, H,
-        1, D): its keys, values and generation; else None (the cache makes its own)."""
+    def take(self, slots: int, capacity: int) -> tuple[list, list, int] | None:
+        """The spare store if it has ``slots`` slots and ``capacity`` keys or more: its keys, values and generation;
+        else None (the cache makes its own at its first forward)."""
         if self.spare is None:
             return None
         keys, values, generation = self.spare
-        first = keys[0]
-        if (first.shape[0] - 1 < slots or first.shape[2] < capacity or first.shape[1] != like.shape[1]
-                or first.shape[3] != like.shape[3] or first.device != like.device):
+        if keys[0].shape[0] - 1 < slots or keys[0].shape[2] < capacity:
             return None
         self.spare = None
         return keys, values, generation
