@@ -7,7 +7,7 @@ the graphs recorded and the warm pass's seconds, and whether the two modes wrote
 at a time through ``translate`` (a session per sentence): ms per target token, eager vs graphs.
 
     python benchmarks/cuda_graphs.py MODEL [--adapter A] --source FILE [--lines 32] [--streams 1,8,32]
-        [--dtype bfloat16] [--device cuda]
+        [--dtype bfloat16] [--device cuda] [--profile]
 
 On a CPU (a dry run) the static-shape forward runs eagerly: the figures then say nothing about graphs.
 """
@@ -54,6 +54,8 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=6, help="sentences translated one at a time")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--device", default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="then one more graphs pass at the last stream count under cProfile: where the host time goes")
     args = parser.parse_args()
     from simulmt.translator import Translator
 
@@ -78,6 +80,17 @@ def main() -> None:
                                                f" of {len(sentences)}")
             print(f"| {count} | {name} | {tokens / seconds:.1f} | {seconds * 1000 / forwards:.2f} | {forwards} | "
                   f"{new} | {warm:.2f} | {same} |", flush=True)
+    if args.profile:
+        import cProfile
+        import pstats
+
+        tr.runner.static = modes["graphs"]
+        profiler = cProfile.Profile()
+        profiler.enable()
+        seconds, tokens, forwards, _ = run(tr, sentences, count, kwargs)
+        profiler.disable()
+        print(f"\ncProfile, graphs, {count} streams: {seconds * 1000 / forwards:.2f} ms per forward (profiled)")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(22)
     print(f"\none sentence at a time (a session each), {args.single} sentences, after one untimed:")
     for name, static in modes.items():
         tr.runner.static = static

@@ -127,3 +127,34 @@ def test_a_bound_cache_writes_and_reads_through_the_given_buffers():
     assert cache.keys[0][0, 0, :2, 0].tolist() == [1.0, 2.0] and cache.keys[0][1, 0, 0, 0] == 2.0
     with pytest.raises(ValueError, match="stable"):
         BatchKVCache().bind(torch.tensor([0]), torch.tensor([0]), 16)
+
+
+def test_speech_frames_go_through_the_same_static_forward():
+    """Streams whose source is embeddings (speech frames) run at static shapes too, with the plain forward's
+    output (the interleaved layout on Gemma 3, three streams of different block sizes)."""
+    from helpers import tiny_interleaved_translator
+    from simulmt.core.policies import WaitK
+    from test_speech_stream import BLOCKS, blocks_for
+
+    tr = tiny_interleaved_translator("gemma3")
+    inputs = [blocks_for(tr, seed, sizes) for seed, sizes in enumerate([BLOCKS, [4, 4, 4], [9, 1, 3, 5, 2]])]
+    results = {}
+    for name, static in (("plain", None), ("static", StaticDecoder(tr.runner, graphs=TEST_DEVICE == "cuda"))):
+        before, tr.runner.static = tr.runner.static, static
+        try:
+            for _ in range(2):  # the second engine takes the first one's store: every forward is static
+                streams = []
+                for blocks in inputs:
+                    stream = tr.new_stream("interleaved", WaitK(2), record=True)
+                    stream.push_embedded(blocks, finished=True)
+                    streams.append(stream)
+                served, engine = static.served if static else 0, Engine(tr.runner)
+                run_batched(streams, engine, batch_size=3)
+            results[name] = streams
+            if static:
+                assert static.served - served == engine.stats.forwards > 0
+        finally:
+            tr.runner.static = before
+    for plain, static_run in zip(results["plain"], results["static"]):
+        assert static_run.result().prediction  # (something was written)
+        assert_same(plain, static_run)

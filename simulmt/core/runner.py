@@ -233,7 +233,7 @@ class ModelRunner:
         the caller runs in inference mode (the engine does): the LM head runs with it off. With ``static`` (on a GPU)
         the decoder runs as a replayed CUDA graph when the forward allows it (static_decoder.py)."""
         if self.static is not None and self.static.serves(cache, embedded, distances, len(ids)):
-            states = self.static(ids, positions, visible, q_index, cache)
+            states = self.static(ids, positions, visible, q_index, cache, embedded)
         else:
             tokens = ({"inputs_embeds": self.embed(ids[:, None], embedded)} if embedded is not None
                       else {"input_ids": ids[:, None].to(self.device)})

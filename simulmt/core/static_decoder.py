@@ -8,19 +8,22 @@ packed forward (batch_cache.py: N queries of one token, each over its own cache 
     queries   N -> Nb, the next power of two (at most ``max_rows``; a larger forward runs as it is)
     keys      K -> the cache's capacity (a power of two: it doubles when a row needs more), so the graphs are
               one per row bucket while the capacity holds (a GPU idles through a small model's forward anyway)
-    padding   a padded query has id 0 and position 0, writes its key to the cache's scratch slot, sees only
-              that slot's first key, and its output row is dropped; a padded key is hidden from every query
+    padding   a padded query has a zero embedding and position 0, writes its key to the cache's scratch slot, sees
+              only that slot's first key, and its output row is dropped; a padded key is hidden from every query
 
-and its inputs (ids, positions, masks, each query's cache slot and key index) are copied into buffers that belong
-to the bucket (Nb, capacity). The first forward of a bucket records its graph; every later one copies its inputs in and
-replays it. The cache must be stable (``BatchKVCache(stable=True)``: rows never move in the store), and the graphs
-are those of its store (its ``generation``: a store reallocated to grow has new addresses, so its graphs are
-recorded again on use). A dropped engine's store comes back here (``give``) and the next engine's cache takes it
-(``take``), so a run of one-sentence sessions records its graphs once, not per sentence. The outputs are those of the plain forward up to float rounding (more, masked keys in each sum).
+and its inputs (input embeddings, positions, masks, each query's cache slot and key index) are copied into buffers
+that belong to the bucket (Nb, capacity). The graph starts from the embeddings, so token ids and speech frames
+(embeddings of their own, ``ModelRunner.embed``) go through the same graphs. The first forward of a bucket records
+its graph; every later one copies its inputs in and replays it.
+
+The cache must be stable (``BatchKVCache(stable=True)``: rows never move in the store), and the graphs are those
+of its store (its ``generation``: a store reallocated to grow has new addresses, so its graphs are recorded again
+on use). A dropped engine's store comes back here (``give``) and the next engine's cache takes it (``take``), so a
+run of one-sentence sessions records its graphs once, not per sentence. The outputs are those of the plain forward
+up to float rounding (more, masked keys in each sum).
 
 Without ``graphs`` (or off CUDA) the same padded call runs eagerly: the tests check on a CPU that it gives what
-the plain forward gives, which is what the graph replays. Models whose masks carry ALiBi biases, and inputs that
-carry embeddings (speech frames), run as they are.
+the plain forward gives, which is what the graph replays. Models whose masks carry ALiBi biases run as they are.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def bucket(n: int) -> int:
 class _Bucket:
     """One (rows, keys) shape: its input buffers, its graph and output once recorded."""
 
-    ids: torch.Tensor  # (Nb, 1)
+    embeds: torch.Tensor  # (Nb, 1, hidden)
     positions: torch.Tensor  # (Nb, 1)
     slots: torch.Tensor  # (Nb,) cache slot of each query
     write: torch.Tensor  # (Nb,) key index each query writes
@@ -66,19 +69,19 @@ class StaticDecoder:
 
     def serves(self, cache, embedded: torch.Tensor | None, distances: torch.Tensor | None, rows: int) -> bool:
         """Whether this forward can run at static shapes: a stable cache whose store exists (a cache's first forward
-        makes it, unless the cache took a dropped one's), token ids only, no ALiBi, at most ``max_rows`` queries."""
-        return (isinstance(cache, BatchKVCache) and cache.stable and cache.layers_ready and embedded is None
-                and distances is None and rows <= self.max_rows)
+        makes it, unless the cache took a dropped one's), no ALiBi, at most ``max_rows`` queries."""
+        return (isinstance(cache, BatchKVCache) and cache.stable and cache.layers_ready and distances is None
+                and rows <= self.max_rows)
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, q_index: torch.Tensor,
-                 cache: BatchKVCache) -> torch.Tensor:
+                 cache: BatchKVCache, embedded: torch.Tensor | None = None) -> torch.Tensor:
         """The packed forward of ``runner.forward_packed`` (same arguments) -> (N, hidden) last hidden states of
         all N queries, valid until the next call."""
         n, k = visible.shape
         rows, keys = bucket(n), cache.capacity
         b = self._buckets(cache.generation).get((rows, keys)) or self._new_bucket(cache.generation, rows, keys)
         self.served += 1
-        self._fill(b, ids, positions, visible, q_index, cache, n, rows, keys)
+        self._fill(b, ids, positions, visible, q_index, cache, n, rows, keys, embedded)
         cache.bind(b.slots, b.write, keys)
         try:
             if not self.graphs:
@@ -123,13 +126,16 @@ class StaticDecoder:
     def _new_bucket(self, generation: int, rows: int, keys: int) -> _Bucket:
         device, dtype = self.runner.device, self.runner.dtype
         index = lambda: torch.zeros(rows, dtype=torch.long, device=device)  # noqa: E731
-        b = _Bucket(ids=index()[:, None].clone(), positions=index()[:, None].clone(), slots=index(), write=index(),
+        table = self.runner.model.get_input_embeddings().weight
+        b = _Bucket(embeds=torch.zeros(rows, 1, table.shape[1], dtype=table.dtype, device=device),
+                    positions=index()[:, None].clone(), slots=index(), write=index(),
                     masks={kind: torch.zeros(rows, 1, 1, keys, dtype=dtype, device=device)
                            for kind in self.runner.attention_types})
         self._buckets(generation)[(rows, keys)] = b
         return b
 
-    def _fill(self, b: _Bucket, ids, positions, visible, q_index, cache, n: int, rows: int, keys: int) -> None:
+    def _fill(self, b: _Bucket, ids, positions, visible, q_index, cache, n: int, rows: int, keys: int,
+              embedded) -> None:
         """Copy this forward's inputs into the bucket's buffers, padded (see the module's docstring)."""
         padded = torch.zeros(rows, keys, dtype=torch.bool)
         padded[:n, : visible.shape[1]] = visible
@@ -144,18 +150,19 @@ class StaticDecoder:
         slots[:n] = cache.served_slots()
         write = torch.zeros(rows, dtype=torch.long)
         write[:n] = cache.write_indices()
-        for buffer, values in ((b.ids, ids), (b.positions, positions)):
-            full = torch.zeros(rows, dtype=torch.long)
-            full[:n] = values
-            buffer.copy_(full[:, None], non_blocking=True)
+        b.embeds[:n].copy_(self.runner.embed(ids[:, None], embedded))
+        b.embeds[n:].zero_()
+        full = torch.zeros(rows, dtype=torch.long)
+        full[:n] = positions
+        b.positions.copy_(full[:, None], non_blocking=True)
         b.slots.copy_(slots, non_blocking=True)
         b.write.copy_(write, non_blocking=True)
 
     # ---- running -----------------------------------------------------------------------------------------------
     def _run(self, b: _Bucket, cache) -> torch.Tensor:
         masks = b.masks if len(b.masks) > 1 else next(iter(b.masks.values()))
-        out = self.runner.decoder(input_ids=b.ids, position_ids=b.positions, attention_mask=masks, use_cache=True,
-                                  **{self.runner.decoder_cache_arg: cache})
+        out = self.runner.decoder(inputs_embeds=b.embeds, position_ids=b.positions, attention_mask=masks,
+                                  use_cache=True, **{self.runner.decoder_cache_arg: cache})
         return out.last_hidden_state
 
     def _record(self, b: _Bucket, cache) -> None:
