@@ -158,3 +158,29 @@ def test_speech_frames_go_through_the_same_static_forward():
     for plain, static_run in zip(results["plain"], results["static"]):
         assert static_run.result().prediction  # (something was written)
         assert_same(plain, static_run)
+
+
+def test_engines_on_two_threads_share_the_static_decoder_safely():
+    """Two engines of one model on two threads (a server's sessions beside its hub) share the static decoder's
+    buffers and store pool: one forward at a time, each with its own results."""
+    import threading
+
+    tr = tiny_translator("llama")
+    halves = [SOURCES[:6], SOURCES[6:12]]
+    expected = [[t.prediction for t in tr.translate_many(h, "expost", "wait-k", k=2, batch_size=3)] for h in halves]
+    before, tr.runner.static = tr.runner.static, StaticDecoder(tr.runner, graphs=TEST_DEVICE == "cuda")
+    got: dict[int, list[str]] = {}
+
+    def work(i: int) -> None:
+        for _ in range(3):
+            got[i] = [t.prediction for t in tr.translate_many(halves[i], "expost", "wait-k", k=2, batch_size=3)]
+
+    try:
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [got[0], got[1]] == expected and tr.runner.static.served > 0
+    finally:
+        tr.runner.static = before

@@ -233,15 +233,14 @@ class ModelRunner:
         the caller runs in inference mode (the engine does): the LM head runs with it off. With ``static`` (on a GPU)
         the decoder runs as a replayed CUDA graph when the forward allows it (static_decoder.py)."""
         if self.static is not None and self.static.serves(cache, embedded, distances, len(ids)):
-            states = self.static(ids, positions, visible, q_index, cache, embedded)
+            hidden = self.static(ids, positions, visible, q_index, last, cache, embedded)  # (R, hidden)
         else:
             tokens = ({"inputs_embeds": self.embed(ids[:, None], embedded)} if embedded is not None
                       else {"input_ids": ids[:, None].to(self.device)})
             out = self.decoder(**tokens, position_ids=positions[:, None].to(self.device),
                                attention_mask=self.row_masks(visible, q_index, distances), use_cache=True,
                                **{self.decoder_cache_arg: cache})
-            states = out.last_hidden_state[:, 0]
-        hidden = states.index_select(0, last.to(self.device))  # (R, hidden), contiguous
+            hidden = out.last_hidden_state[:, 0].index_select(0, last.to(self.device))  # (R, hidden), contiguous
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors out, whatever mode the caller is in
             hidden = hidden.clone()  # (R rows of hidden size; the logits, R rows of the vocabulary, need no copy)
             if callable(head_rows):

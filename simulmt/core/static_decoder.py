@@ -28,6 +28,7 @@ the plain forward gives, which is what the graph replays. Models whose masks car
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -66,6 +67,7 @@ class StaticDecoder:
         self.memory = torch.cuda.graph_pool_handle() if self.graphs else None  # one memory pool for all graphs
         self.recorded = 0  # graphs recorded so far
         self.served = 0  # forwards run at static shapes
+        self._lock = threading.RLock()  # (a finalizer may give a store back while a forward holds it)
 
     def serves(self, cache, embedded: torch.Tensor | None, distances: torch.Tensor | None, rows: int) -> bool:
         """Whether this forward can run at static shapes: a stable cache whose store exists (a cache's first forward
@@ -74,43 +76,47 @@ class StaticDecoder:
                 and rows <= self.max_rows)
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, q_index: torch.Tensor,
-                 cache: BatchKVCache, embedded: torch.Tensor | None = None) -> torch.Tensor:
-        """The packed forward of ``runner.forward_packed`` (same arguments) -> (N, hidden) last hidden states of
-        all N queries, valid until the next call."""
+                 last: torch.Tensor, cache: BatchKVCache, embedded: torch.Tensor | None = None) -> torch.Tensor:
+        """The packed forward of ``runner.forward_packed`` (same arguments) -> (R, hidden) last hidden states of the
+        queries ``last``, a fresh tensor. One forward at a time (engines on several threads share the buffers and
+        the graphs' memory)."""
         n, k = visible.shape
         rows, keys = bucket(n), cache.capacity
-        b = self._buckets(cache.generation).get((rows, keys)) or self._new_bucket(cache.generation, rows, keys)
-        self.served += 1
-        self._fill(b, ids, positions, visible, q_index, cache, n, rows, keys, embedded)
-        cache.bind(b.slots, b.write, keys)
-        try:
-            if not self.graphs:
-                out = self._run(b, cache)
-            else:
-                if b.graph is None:
-                    self._record(b, cache)
-                b.graph.replay()
-                out = b.out
-        finally:
-            cache.unbind()
-        return out[:n, 0]
+        with self._lock:
+            b = self._buckets(cache.generation).get((rows, keys)) or self._new_bucket(cache.generation, rows, keys)
+            self.served += 1
+            self._fill(b, ids, positions, visible, q_index, cache, n, rows, keys, embedded)
+            cache.bind(b.slots, b.write, keys)
+            try:
+                if not self.graphs:
+                    out = self._run(b, cache)
+                else:
+                    if b.graph is None:
+                        self._record(b, cache)
+                    b.graph.replay()
+                    out = b.out
+            finally:
+                cache.unbind()
+            return out[:n, 0].index_select(0, last.to(out.device))  # (a copy: the next replay overwrites ``out``)
 
     # ---- stores ------------------------------------------------------------------------------------------------
     def give(self, keys: list, values: list, meta: dict) -> None:
         """A dropped stable cache's store (its finalizer calls this): kept for the next cache, one at a time."""
         if keys and all(t is not None for t in keys + values):
-            self.spare = (keys, values, meta["generation"])
+            with self._lock:
+                self.spare = (keys, values, meta["generation"])
 
     def take(self, slots: int, capacity: int) -> tuple[list, list, int] | None:
         """The spare store if it has ``slots`` slots and ``capacity`` keys or more: its keys, values and generation;
         else None (the cache makes its own at its first forward)."""
-        if self.spare is None:
-            return None
-        keys, values, generation = self.spare
-        if keys[0].shape[0] - 1 < slots or keys[0].shape[2] < capacity:
-            return None
-        self.spare = None
-        return keys, values, generation
+        with self._lock:
+            if self.spare is None:
+                return None
+            keys, values, generation = self.spare
+            if keys[0].shape[0] - 1 < slots or keys[0].shape[2] < capacity:
+                return None
+            self.spare = None
+            return keys, values, generation
 
     def _buckets(self, generation: int) -> dict[tuple[int, int], _Bucket]:
         """The buckets recorded on one store; those of the two most recently used stores are kept (a store that
