@@ -536,7 +536,7 @@ def run(options: BenchOptions, parser: argparse.ArgumentParser, load_translator:
             print(f"simulmt: error: {exc}", file=sys.stderr)
             return 1
     bench.settings.update(source=options.source, threads=torch.get_num_threads(),
-                          device=str(translator.runner.device), dtype=translator.dtype,
+                          device=translator.runner.device_label, dtype=translator.dtype,
                           torch=torch.__version__.split("+")[0], simulmt=__version__)
     print_report(bench, sys.stdout, terminal=sys.stdout.isatty())
     if options.output:
@@ -569,7 +569,8 @@ def _run_streams(options: BenchOptions, translator: "Translator", sentences: lis
         out = Path(options.output)
         out.mkdir(parents=True, exist_ok=True)
         settings = {**kwargs, "model": translator.name, "source": options.source, "lines": len(sentences),
-                    "dtype": translator.dtype, "threads": torch.get_num_threads(), "device": str(translator.runner.device),
+                    "dtype": translator.dtype, "threads": torch.get_num_threads(),
+                    "device": translator.runner.device_label,
                     "torch": torch.__version__.split("+")[0], "simulmt": __version__}
         path = out / "bench-streams.json"
         path.write_text(json.dumps({"settings": settings, "points": [p.to_json() for p in points]}, indent=2) + "\n",
@@ -615,7 +616,7 @@ def _run_speech(options: BenchOptions) -> int:
         return 1
     bench["settings"] = {"model": speech.name, "speech_model": str(folder), "dtype": speech.translator.dtype,
                          "threads": torch.get_num_threads(), "block_ms": speech.config.block_ms,
-                         "device": str(speech.translator.runner.device), "torch": torch.__version__.split("+")[0],
+                         "device": speech.translator.runner.device_label, "torch": torch.__version__.split("+")[0],
                          "simulmt": __version__}
     speech_bench.print_report(bench, sys.stdout)
     if options.output:

@@ -184,3 +184,11 @@ def test_engines_on_two_threads_share_the_static_decoder_safely():
         assert [got[0], got[1]] == expected and tr.runner.static.served > 0
     finally:
         tr.runner.static = before
+
+
+def test_benchmarks_record_whether_forwards_are_replayed_graphs():
+    tr = tiny_translator("llama")
+    if TEST_DEVICE == "cuda":  # on by default there
+        assert tr.runner.device_label.endswith("+cuda-graphs")
+    else:
+        assert tr.runner.static is None and tr.runner.device_label == "cpu"

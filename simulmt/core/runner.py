@@ -153,6 +153,11 @@ class ModelRunner:
         return render_masks(visible[None], query_start, self.attention_types, self.window, self.dtype, self.device,
                             self.alibi, distances)
 
+    @property
+    def device_label(self) -> str:
+        """Where forwards run, as benchmarks record it: the device, and ``+cuda-graphs`` when they are replayed."""
+        return str(self.device) + ("+cuda-graphs" if self.static is not None and self.static.graphs else "")
+
     def row_masks(self, visible: torch.Tensor, q_index: torch.Tensor, distances: torch.Tensor | None = None):
         """(N, K) boolean, one query per row at key index ``q_index`` (N,) -> the decoder's ``attention_mask`` for a
         packed forward: (N, 1, 1, K), or a dict of them (``render_row_masks``)."""
