@@ -192,3 +192,58 @@ def test_benchmarks_record_whether_forwards_are_replayed_graphs():
         assert tr.runner.device_label.endswith("+cuda-graphs")
     else:
         assert tr.runner.static is None and tr.runner.device_label == "cpu"
+
+
+@pytest.mark.parametrize("arch, attn", [("bloom", "eager"), ("falcon", "eager"), ("falcon", "sdpa")])
+def test_alibi_models_go_through_the_static_forward_with_their_bias_per_head(arch, attn):
+    """ALiBi models (SimulMask's): masks with a bias per head, from each layout's distance rule, padded like the
+    others; SimulMask, its stock ablation and expost mixed in the same forwards give the plain forward's output."""
+    from simulmt.core.layouts import Expost, SimulMask, SimulMaskStock
+    from simulmt.core.policies import ReadN, WaitK
+    from test_simulmask import SOURCE, alibi_translator
+
+    tr = alibi_translator(arch, attn)
+    sources = [SOURCE, "Where is the train station?", "The children are playing in the garden.", SOURCE]
+    mix = [(SimulMask(), WaitK(1)), (SimulMaskStock(), WaitK(2)), (Expost(slot=4), WaitK(1)),
+           (SimulMask(), ReadN(2, max_segment_words=2))]
+    results = {}
+    for name, static in (("plain", None), ("static", StaticDecoder(tr.runner, graphs=TEST_DEVICE == "cuda"))):
+        tr.runner.static = static
+        for _ in range(2):  # the second engine starts on the first one's store: its every forward is static
+            streams = []
+            for text, (layout, policy) in zip(sources, mix):
+                stream = tr.new_stream(layout, policy, record=True)
+                stream.push(text.split(), finished=True)
+                streams.append(stream)
+            served, engine = static.served if static else 0, Engine(tr.runner)
+            run_batched(streams, engine, batch_size=3)
+        results[name] = streams
+        if static:
+            assert static.served - served == engine.stats.forwards and static.failed is None
+    tr.runner.static = None
+    for plain, static_run in zip(results["plain"], results["static"]):
+        assert static_run.result().prediction
+        assert_same(plain, static_run)
+
+
+def test_a_model_whose_forward_cannot_be_recorded_runs_eagerly(monkeypatch):
+    """A recording that fails (here made to) turns graphs off for the model with a warning; the forward that
+    found it, and every later one, runs as it is: the same results."""
+    tr = tiny_translator("llama")
+    plain = tr.translate(SOURCES[0], "expost", "wait-k", k=2)
+    static = StaticDecoder(tr.runner, graphs=False)
+    static.graphs = True  # as on a GPU, with a recording that fails
+
+    def refuse(b, cache):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(static, "_record", refuse)
+    tr.runner.static = static
+    try:
+        with pytest.warns(UserWarning, match="CUDA graphs are off"):
+            got = tr.translate(SOURCES[0], "expost", "wait-k", k=2)
+        again = tr.translate(SOURCES[0], "expost", "wait-k", k=2)
+    finally:
+        tr.runner.static = None
+    assert "not permitted" in static.failed and static.served == 1  # one try, then never again
+    assert got.prediction == again.prediction == plain.prediction and got.delays == plain.delays

@@ -237,9 +237,10 @@ class ModelRunner:
         hidden states of all R. ``embedded``: rows for the ids < 0 (``embed``). Both are ordinary tensors even when
         the caller runs in inference mode (the engine does): the LM head runs with it off. With ``static`` (on a GPU)
         the decoder runs as a replayed CUDA graph when the forward allows it (static_decoder.py)."""
-        if self.static is not None and self.static.serves(cache, embedded, distances, len(ids)):
-            hidden = self.static(ids, positions, visible, q_index, last, cache, embedded)  # (R, hidden)
-        else:
+        hidden = None
+        if self.static is not None and self.static.serves(cache, len(ids)):
+            hidden = self.static(ids, positions, visible, q_index, last, cache, embedded, distances)  # (R, hidden)
+        if hidden is None:
             tokens = ({"inputs_embeds": self.embed(ids[:, None], embedded)} if embedded is not None
                       else {"input_ids": ids[:, None].to(self.device)})
             out = self.decoder(**tokens, position_ids=positions[:, None].to(self.device),

@@ -23,12 +23,15 @@ run of one-sentence sessions records its graphs once, not per sentence. The outp
 up to float rounding (more, masked keys in each sum).
 
 Without ``graphs`` (or off CUDA) the same padded call runs eagerly: the tests check on a CPU that it gives what
-the plain forward gives, which is what the graph replays. Models whose masks carry ALiBi biases run as they are.
+the plain forward gives, which is what the graph replays. ALiBi models' masks carry a bias per head (alibi.py): their
+buffers have a row per head. A model whose forward a graph cannot hold (a host synchronisation inside, say) is
+found at its first recording: a warning says why, and its forwards run as they are from then on.
 """
 
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -52,7 +55,7 @@ class _Bucket:
     positions: torch.Tensor  # (Nb, 1)
     slots: torch.Tensor  # (Nb,) cache slot of each query
     write: torch.Tensor  # (Nb,) key index each query writes
-    masks: dict[str, torch.Tensor]  # attention type -> (Nb, 1, 1, capacity)
+    masks: dict[str, torch.Tensor]  # attention type -> (Nb, 1, 1, capacity); ALiBi: (Nb, heads, 1, capacity)
     graph: object = None  # torch.cuda.CUDAGraph once recorded
     out: torch.Tensor | None = None  # (Nb, 1, hidden): what the graph writes
 
@@ -67,32 +70,42 @@ class StaticDecoder:
         self.memory = torch.cuda.graph_pool_handle() if self.graphs else None  # one memory pool for all graphs
         self.recorded = 0  # graphs recorded so far
         self.served = 0  # forwards run at static shapes
+        self.failed: str | None = None  # why a graph could not be recorded (then none is used)
         self._lock = threading.RLock()  # (a finalizer may give a store back while a forward holds it)
 
-    def serves(self, cache, embedded: torch.Tensor | None, distances: torch.Tensor | None, rows: int) -> bool:
+    def serves(self, cache, rows: int) -> bool:
         """Whether this forward can run at static shapes: a stable cache whose store exists (a cache's first forward
-        makes it, unless the cache took a dropped one's), no ALiBi, at most ``max_rows`` queries."""
-        return (isinstance(cache, BatchKVCache) and cache.stable and cache.layers_ready and distances is None
+        makes it, unless the cache took a dropped one's), at most ``max_rows`` queries, and graphs that could be
+        recorded (``failed``)."""
+        return (self.failed is None and isinstance(cache, BatchKVCache) and cache.stable and cache.layers_ready
                 and rows <= self.max_rows)
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, q_index: torch.Tensor,
-                 last: torch.Tensor, cache: BatchKVCache, embedded: torch.Tensor | None = None) -> torch.Tensor:
+                 last: torch.Tensor, cache: BatchKVCache, embedded: torch.Tensor | None = None,
+                 distances: torch.Tensor | None = None) -> torch.Tensor | None:
         """The packed forward of ``runner.forward_packed`` (same arguments) -> (R, hidden) last hidden states of the
-        queries ``last``, a fresh tensor. One forward at a time (engines on several threads share the buffers and
-        the graphs' memory)."""
+        queries ``last``, a fresh tensor; None if its graph could not be recorded (the model does something a graph
+        cannot hold: ``failed`` says what, and the runner runs every forward as it is from then on). One forward at
+        a time (engines on several threads share the buffers and the graphs' memory)."""
         n, k = visible.shape
         rows, keys = bucket(n), cache.capacity
         with self._lock:
             b = self._buckets(cache.generation).get((rows, keys)) or self._new_bucket(cache.generation, rows, keys)
             self.served += 1
-            self._fill(b, ids, positions, visible, q_index, cache, n, rows, keys, embedded)
+            self._fill(b, ids, positions, visible, q_index, cache, n, rows, keys, embedded, distances)
             cache.bind(b.slots, b.write, keys)
             try:
                 if not self.graphs:
                     out = self._run(b, cache)
                 else:
                     if b.graph is None:
-                        self._record(b, cache)
+                        try:
+                            self._record(b, cache)
+                        except Exception as exc:  # noqa: BLE001 - any model code a recording refuses
+                            self.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                            warnings.warn(f"CUDA graphs are off for this model: its forward could not be recorded "
+                                          f"({self.failed}); every forward runs eagerly", stacklevel=2)
+                            return None
                     b.graph.replay()
                     out = b.out
             finally:
@@ -133,22 +146,27 @@ class StaticDecoder:
         device, dtype = self.runner.device, self.runner.dtype
         index = lambda: torch.zeros(rows, dtype=torch.long, device=device)  # noqa: E731
         table = self.runner.model.get_input_embeddings().weight
+        heads = 1 if self.runner.alibi is None else len(self.runner.alibi.coefficients)  # ALiBi: a bias per head
         b = _Bucket(embeds=torch.zeros(rows, 1, table.shape[1], dtype=table.dtype, device=device),
                     positions=index()[:, None].clone(), slots=index(), write=index(),
-                    masks={kind: torch.zeros(rows, 1, 1, keys, dtype=dtype, device=device)
+                    masks={kind: torch.zeros(rows, heads, 1, keys, dtype=dtype, device=device)
                            for kind in self.runner.attention_types})
         self._buckets(generation)[(rows, keys)] = b
         return b
 
     def _fill(self, b: _Bucket, ids, positions, visible, q_index, cache, n: int, rows: int, keys: int,
-              embedded) -> None:
+              embedded, distances) -> None:
         """Copy this forward's inputs into the bucket's buffers, padded (see the module's docstring)."""
         padded = torch.zeros(rows, keys, dtype=torch.bool)
         padded[:n, : visible.shape[1]] = visible
         padded[n:, 0] = True  # a padded query sees its scratch slot's first key (a row of all hidden keys is NaN)
         at = torch.zeros(rows, dtype=torch.long)
         at[:n] = q_index
-        masks = self.runner.row_masks(padded, at)
+        if distances is not None:  # ALiBi: each visible key's distance (a padded query's one key: 0)
+            far = torch.zeros(rows, keys)
+            far[:n, : distances.shape[1]] = distances
+            distances = far
+        masks = self.runner.row_masks(padded, at, distances)
         masks = masks if isinstance(masks, dict) else {self.runner.attention_types[0]: masks}
         for kind, mask in masks.items():
             b.masks[kind].copy_(mask, non_blocking=True)
