@@ -247,3 +247,39 @@ def test_a_model_whose_forward_cannot_be_recorded_runs_eagerly(monkeypatch):
         tr.runner.static = None
     assert "not permitted" in static.failed and static.served == 1  # one try, then never again
     assert got.prediction == again.prediction == plain.prediction and got.delays == plain.delays
+
+
+def test_a_slot_freed_before_the_store_exists_is_not_the_scratch_slot():
+    """Two rows join, one leaves before any forward, the first forward makes the store: every slot given out so far
+    has its place in it, and the scratch slot is none of them (a padded query's key would overwrite a row's)."""
+    cache = BatchKVCache(capacity=16, stable=True)
+    cache.add_row()
+    cache.add_row()
+    cache.remove_row(1)
+    cache.prepare([0], [1], torch.tensor([False]))
+    cache.update(torch.ones(1, 1, 1, 2), torch.ones(1, 1, 1, 2), 0)
+    cache.add_row()  # takes the free slot 1
+    assert cache.slots == [0, 1] and cache.scratch == 2 and cache.slot_count == 2
+    cache.prepare([1], [1], torch.tensor([False]))
+    cache.update(torch.full((1, 1, 1, 2), 5.0), torch.full((1, 1, 1, 2), 5.0), 0)
+    cache.add_row()  # no slot free: the store grows, every row's keys kept
+    assert cache.slots == [0, 1, 2] and cache.scratch == 4
+    assert cache.keys[0][1, 0, 0].tolist() == [5.0, 5.0] and cache.keys[0][0, 0, 0].tolist() == [1.0, 1.0]
+
+
+def test_a_stable_store_made_in_inference_mode_serves_an_engine_without_it():
+    """The store and the buffers pass from engine to engine: they are ordinary tensors, which an engine that does
+    not run in inference mode may write."""
+    tr = tiny_translator("llama")
+    before, tr.runner.static = tr.runner.static, StaticDecoder(tr.runner, graphs=TEST_DEVICE == "cuda")
+    try:
+        first = tr.translate(SOURCES[0], "expost", "wait-k", k=2)  # (the engine runs in inference mode)
+        stream = tr.new_stream("expost", "wait-k", k=2)
+        stream.push(SOURCES[0].split(), finished=True)
+        engine = Engine(tr.runner)
+        engine.inference_mode = False
+        served = tr.runner.static.served
+        run_batched([stream], engine, batch_size=1)
+        assert tr.runner.static.served > served and stream.result().prediction == first.prediction
+    finally:
+        tr.runner.static = before

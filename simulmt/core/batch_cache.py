@@ -43,8 +43,9 @@ a row that leaves frees its slot for the next stream (no copy, no shrinking) and
 grow (more slots, or twice the capacity), which gives it a new ``generation`` (unique across caches). One extra
 slot past the others is scratch: a static-shape forward's padding queries write there. The store is kept when
 the last row leaves, and when the cache is dropped it goes back to its ``pool`` (the runner's ``StaticDecoder``)
-for the next cache of the same model, with the graphs recorded on it. Logical rows, lengths and ``target_side``
-behave exactly as without it.
+for the next cache of the same model, with the graphs recorded on it. It never shrinks: a GPU keeps its peak store
+(the most rows at once, the longest row's capacity) for the engines that follow. Logical rows, lengths and
+``target_side`` behave exactly as without it.
 
 The object is duck-typed for Hugging Face attention layers: they call ``update(keys, values, layer_idx)`` and
 attend over what it returns, with the 4-D masks the engine passes.
@@ -99,6 +100,11 @@ class BatchKVCache:
         return self.keys[0].shape[0] - 1 if self.keys and self.keys[0] is not None else 0
 
     @property
+    def allocated(self) -> int:
+        """Stable: slots given out so far, to rows or back to the free list (the store holds them all)."""
+        return len(self.slots) + len(self._free)
+
+    @property
     def scratch(self) -> int:
         """The stable store's scratch slot: padding queries of a static-shape forward write there."""
         return self.slot_count
@@ -106,17 +112,14 @@ class BatchKVCache:
     def add_row(self) -> int:
         self.lengths.append(0)
         self.target_side = torch.cat([self.target_side, torch.zeros(1, self.capacity, dtype=torch.bool)])
-        if self.stable:
-            if not self.layers_ready and self.pool is not None:  # a dropped cache's store, if it is large enough
-                self.slots.append(max(self.slots, default=-1) + 1)
-                self._take_store()
-                self.slots.pop()
-            if self._free:
-                self.slots.append(self._free.pop(0))
-            else:
-                self.slots.append(len(self.slots))
-                if self.layers_ready and self.slots[-1] >= self.slot_count:
-                    self._reallocate(2 * self.slot_count, self.capacity)
+        if self.stable:  # slots 0 .. n-1 are the rows' and the free ones (n = allocated), the scratch slot is n
+            slot = self._free.pop(0) if self._free else self.allocated
+            self.slots.append(slot)
+            if not self.layers_ready:
+                if self.pool is not None:  # a dropped cache's store, if it is large enough
+                    self._take_store()
+            elif slot >= self.slot_count:  # (slot == allocated - 1 == slot_count: the store is full)
+                self._reallocate(2 * self.slot_count, self.capacity)
             return self.rows - 1
         self.slots.append(self.rows - 1)
         for store in (self.keys, self.values):
@@ -240,9 +243,13 @@ class BatchKVCache:
             self.values.append(None)
         out = []
         for store, new in ((self.keys, key_states), (self.values, value_states)):
-            if store[layer_idx] is None:  # stable: every slot taken so far, then the scratch slot
-                slots = max(self.slots, default=-1) + 2 if self.stable else self.rows
-                store[layer_idx] = new.new_zeros((slots, new.shape[1], self.capacity, new.shape[3]))
+            if store[layer_idx] is None:  # stable: every slot given out so far, then the scratch slot
+                if self.stable:
+                    with torch.inference_mode(False):  # ordinary tensors: the next engine may run without it
+                        store[layer_idx] = new.new_zeros((self.allocated + 1, new.shape[1], self.capacity,
+                                                          new.shape[3]))
+                else:
+                    store[layer_idx] = new.new_zeros((self.rows, new.shape[1], self.capacity, new.shape[3]))
             full = store[layer_idx]
             served, write, count = self._bound if self._bound is not None else (*self._on(full.device),
                                                                                self._key_count)
@@ -270,7 +277,8 @@ class BatchKVCache:
         old = self.slot_count
         for store in (self.keys, self.values):
             for i, t in enumerate(store):
-                grown = t.new_zeros((slots + 1, t.shape[1], capacity, t.shape[3]))
+                with torch.inference_mode(False):  # (see update)
+                    grown = t.new_zeros((slots + 1, t.shape[1], capacity, t.shape[3]))
                 grown[:old, :, : t.shape[2]] = t[:old]
                 store[i] = grown
         self._meta["generation"] = next(_GENERATIONS)
@@ -278,7 +286,7 @@ class BatchKVCache:
     def _take_store(self) -> None:
         """Stable, before the first forward: take the pool's spare store (the same model's) if it has a slot for
         every row and the capacity (its old keys are stale: hidden, then overwritten, as after a crop)."""
-        spare = self.pool.take(max(self.slots, default=-1) + 1, self.capacity)
+        spare = self.pool.take(self.allocated, self.capacity)
         if spare is None:
             return
         keys, values, generation = spare

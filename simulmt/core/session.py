@@ -38,7 +38,7 @@ class StreamingSession(Stream):
                 self.engine.serve([(self, step.request)])
                 continue
             if step.status is Status.DONE and self.engine.streams:
-                self.engine.remove(self)  # the cache memory is freed as soon as the sentence is done
+                self.engine.remove(self)  # its cache row is freed once the sentence is done (CUDA graphs: kept for reuse)
             return
 
     def run(self, text: str) -> Translation:

@@ -39,6 +39,9 @@ import torch
 
 from simulmt.core.batch_cache import BatchKVCache
 
+KEPT_STORES = 4  # stores whose graphs are kept (see _buckets)
+
+
 def bucket(n: int) -> int:
     """The next power of two >= ``n``."""
     size = 1
@@ -132,17 +135,22 @@ class StaticDecoder:
             return keys, values, generation
 
     def _buckets(self, generation: int) -> dict[tuple[int, int], _Bucket]:
-        """The buckets recorded on one store; those of the two most recently used stores are kept (a store that
-        grew or was dropped for good leaves its graphs behind: they are freed with them)."""
+        """The buckets recorded on one store; those of the ``KEPT_STORES`` most recently used stores are kept (a
+        store that grew or was dropped for good leaves its graphs behind: they are freed with them; more live engines
+        than that, used in turn, record their graphs again)."""
         if generation not in self.buckets:
             self.buckets[generation] = {}
-            while len(self.buckets) > 2:
+            while len(self.buckets) > KEPT_STORES:
                 self.buckets.popitem(last=False)
         self.buckets.move_to_end(generation)
         return self.buckets[generation]
 
     # ---- buffers -----------------------------------------------------------------------------------------------
     def _new_bucket(self, generation: int, rows: int, keys: int) -> _Bucket:
+        with torch.inference_mode(False):  # ordinary tensors: engines with and without inference mode share them
+            return self._make_bucket(generation, rows, keys)
+
+    def _make_bucket(self, generation: int, rows: int, keys: int) -> _Bucket:
         device, dtype = self.runner.device, self.runner.dtype
         index = lambda: torch.zeros(rows, dtype=torch.long, device=device)  # noqa: E731
         table = self.runner.model.get_input_embeddings().weight
@@ -198,7 +206,8 @@ class StaticDecoder:
             self._run(b, cache)
         torch.cuda.current_stream(self.runner.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.memory):
+        # thread_local: other threads' engines may keep using the GPU while this thread records
+        with torch.cuda.graph(graph, pool=self.memory, capture_error_mode="thread_local"):
             b.out = self._run(b, cache)
         b.graph = graph
         self.recorded += 1
