@@ -21,6 +21,7 @@ import torch
 
 from simulmt.core.engine import Engine, run_batched
 from simulmt.core.static_decoder import StaticDecoder
+from simulmt.throughput import pushed_streams
 
 
 def sync(device: torch.device) -> None:
@@ -30,11 +31,7 @@ def sync(device: torch.device) -> None:
 
 def run(tr, sentences: list[str], streams: int, kwargs: dict) -> tuple[float, int, int, list[str]]:
     """(seconds, target tokens, forwards, predictions) of one pass through a fresh engine."""
-    made = []
-    for text in sentences:
-        stream = tr.new_stream(**kwargs)
-        stream.push(text.split(), finished=True)
-        made.append(stream)
+    made = pushed_streams(tr, sentences, kwargs)
     engine = Engine(tr.runner)
     sync(tr.runner.device)
     start = time.perf_counter()

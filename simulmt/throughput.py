@@ -52,13 +52,19 @@ def _percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-def measure(translator, sentences: list[str], streams: int, session_kwargs: dict) -> StreamsPoint:
-    """Translate ``sentences`` with ``streams`` streams at a time; time it all."""
+def pushed_streams(translator, sentences: list[str], session_kwargs: dict) -> list:
+    """A stream per sentence, its whole source pushed."""
     made = []
     for text in sentences:
         stream = translator.new_stream(**session_kwargs)
         stream.push(text.split(), finished=True)
         made.append(stream)
+    return made
+
+
+def measure(translator, sentences: list[str], streams: int, session_kwargs: dict) -> StreamsPoint:
+    """Translate ``sentences`` with ``streams`` streams at a time; time it all."""
+    made = pushed_streams(translator, sentences, session_kwargs)
     engine = Engine(translator.runner)
     start = time.perf_counter()
     run_batched(made, engine, streams)

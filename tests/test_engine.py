@@ -65,16 +65,22 @@ def assert_same_counts(a, b):
     assert b.flops == pytest.approx(a.flops)
 
 
-def assert_batched_equals_alone(tr, guess_rows: int | None = None) -> tuple[list, list]:
-    """``jobs()`` run alone and through 4 engine rows (10 streams: they join and leave mid-run) give the same
-    (compute counts too, unless crowded forwards leave out guesses: ``guess_rows``). Returns (alone, batched)."""
-    work = jobs()
-    singles = [alone(tr, *job) for job in work]
+def pushed(tr, work) -> list:
+    """A recording stream per (text, layout, policy), its whole source pushed."""
     streams = []
     for text, layout, policy in work:
         stream = tr.new_stream(layout, policy, record=True)
         stream.push(text.split(), finished=True)
         streams.append(stream)
+    return streams
+
+
+def assert_batched_equals_alone(tr, guess_rows: int | None = None) -> tuple[list, list]:
+    """``jobs()`` run alone and through 4 engine rows (10 streams: they join and leave mid-run) give the same
+    (compute counts too, unless crowded forwards leave out guesses: ``guess_rows``). Returns (alone, batched)."""
+    work = jobs()
+    singles = [alone(tr, *job) for job in work]
+    streams = pushed(tr, work)
     engine = Engine(tr.runner, guess_rows=guess_rows)
     run_batched(streams, engine, batch_size=4)
     assert not engine.streams and engine.cache.rows == 0

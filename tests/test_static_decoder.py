@@ -14,7 +14,7 @@ from helpers import tiny_translator
 from simulmt.core.batch_cache import BatchKVCache
 from simulmt.core.engine import Engine, run_batched
 from simulmt.core.static_decoder import StaticDecoder, bucket
-from test_engine import SOURCES, alone, assert_same, jobs
+from test_engine import SOURCES, alone, assert_same, jobs, pushed
 from tiny_models import TEST_DEVICE
 
 
@@ -25,11 +25,7 @@ def run_jobs(tr, static: StaticDecoder | None):
     try:
         work = jobs()
         singles = [alone(tr, *job) for job in work]
-        streams = []
-        for text, layout, policy in work:
-            stream = tr.new_stream(layout, policy, record=True)
-            stream.push(text.split(), finished=True)
-            streams.append(stream)
+        streams = pushed(tr, work)
         engine = Engine(tr.runner)
         assert engine.cache.stable == (static is not None)
         run_batched(streams, engine, batch_size=4)
