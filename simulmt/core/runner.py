@@ -158,11 +158,12 @@ class ModelRunner:
         """Where forwards run, as benchmarks record it: the device, and ``+cuda-graphs`` when they are replayed."""
         return str(self.device) + ("+cuda-graphs" if self.static is not None and self.static.graphs else "")
 
-    def row_masks(self, visible: torch.Tensor, q_index: torch.Tensor, distances: torch.Tensor | None = None):
+    def row_masks(self, visible: torch.Tensor, q_index: torch.Tensor, distances: torch.Tensor | None = None,
+                  on_device: bool = True):
         """(N, K) boolean, one query per row at key index ``q_index`` (N,) -> the decoder's ``attention_mask`` for a
-        packed forward: (N, 1, 1, K), or a dict of them (``render_row_masks``)."""
+        packed forward: (N, 1, 1, K), or a dict of them (``render_row_masks``); on the CPU unless ``on_device``."""
         return render_row_masks(visible[:, None, :], q_index[:, None], self.attention_types, self.window,
-                                self.dtype, self.device, self.alibi,
+                                self.dtype, self.device if on_device else None, self.alibi,
                                 None if distances is None else distances[:, None, :])
 
     def check_positions(self, positions: list[int]) -> None:

@@ -55,12 +55,22 @@ class _Bucket:
     """One (rows, keys) shape: its input buffers, its graph and output once recorded."""
 
     embeds: torch.Tensor  # (Nb, 1, hidden)
-    positions: torch.Tensor  # (Nb, 1)
-    slots: torch.Tensor  # (Nb,) cache slot of each query
-    write: torch.Tensor  # (Nb,) key index each query writes
+    index: torch.Tensor  # (3, Nb): each query's position, cache slot and the key index it writes (one copy in)
     masks: dict[str, torch.Tensor]  # attention type -> (Nb, 1, 1, capacity); ALiBi: (Nb, heads, 1, capacity)
     graph: object = None  # torch.cuda.CUDAGraph once recorded
     out: torch.Tensor | None = None  # (Nb, 1, hidden): what the graph writes
+
+    @property
+    def positions(self) -> torch.Tensor:  # (Nb, 1), a view: the graph reads the buffer
+        return self.index[0][:, None]
+
+    @property
+    def slots(self) -> torch.Tensor:
+        return self.index[1]
+
+    @property
+    def write(self) -> torch.Tensor:
+        return self.index[2]
 
 
 class StaticDecoder:
@@ -90,7 +100,7 @@ class StaticDecoder:
         queries ``last``, a fresh tensor; None if its graph could not be recorded (the model does something a graph
         cannot hold: ``failed`` says what, and the runner runs every forward as it is from then on). One forward at
         a time (engines on several threads share the buffers and the graphs' memory)."""
-        n, k = visible.shape
+        n = visible.shape[0]
         rows, keys = bucket(n), cache.capacity
         with self._lock:
             b = self._buckets(cache.generation).get((rows, keys)) or self._new_bucket(cache.generation, rows, keys)
@@ -147,18 +157,14 @@ class StaticDecoder:
 
     # ---- buffers -----------------------------------------------------------------------------------------------
     def _new_bucket(self, generation: int, rows: int, keys: int) -> _Bucket:
-        with torch.inference_mode(False):  # ordinary tensors: engines with and without inference mode share them
-            return self._make_bucket(generation, rows, keys)
-
-    def _make_bucket(self, generation: int, rows: int, keys: int) -> _Bucket:
         device, dtype = self.runner.device, self.runner.dtype
-        index = lambda: torch.zeros(rows, dtype=torch.long, device=device)  # noqa: E731
         table = self.runner.model.get_input_embeddings().weight
         heads = 1 if self.runner.alibi is None else len(self.runner.alibi.coefficients)  # ALiBi: a bias per head
-        b = _Bucket(embeds=torch.zeros(rows, 1, table.shape[1], dtype=table.dtype, device=device),
-                    positions=index()[:, None].clone(), slots=index(), write=index(),
-                    masks={kind: torch.zeros(rows, heads, 1, keys, dtype=dtype, device=device)
-                           for kind in self.runner.attention_types})
+        with torch.inference_mode(False):  # ordinary tensors: engines with and without inference mode share them
+            b = _Bucket(embeds=torch.zeros(rows, 1, table.shape[1], dtype=table.dtype, device=device),
+                        index=torch.zeros(3, rows, dtype=torch.long, device=device),
+                        masks={kind: torch.zeros(rows, heads, 1, keys, dtype=dtype, device=device)
+                               for kind in self.runner.attention_types})
         self._buckets(generation)[(rows, keys)] = b
         return b
 
@@ -174,21 +180,18 @@ class StaticDecoder:
             far = torch.zeros(rows, keys)
             far[:n, : distances.shape[1]] = distances
             distances = far
-        masks = self.runner.row_masks(padded, at, distances)
+        masks = self.runner.row_masks(padded, at, distances, on_device=False)  # (copied once, into the buffers)
         masks = masks if isinstance(masks, dict) else {self.runner.attention_types[0]: masks}
         for kind, mask in masks.items():
             b.masks[kind].copy_(mask, non_blocking=True)
-        slots = torch.full((rows,), cache.scratch, dtype=torch.long)
-        slots[:n] = cache.served_slots()
-        write = torch.zeros(rows, dtype=torch.long)
-        write[:n] = cache.write_indices()
+        index = torch.zeros(3, rows, dtype=torch.long)  # positions (padded: 0), slots (padded: scratch), writes (0)
+        index[0, :n] = positions
+        index[1] = cache.scratch
+        index[1, :n] = cache.served_slots()
+        index[2, :n] = cache.write_indices()
+        b.index.copy_(index, non_blocking=True)
         b.embeds[:n].copy_(self.runner.embed(ids[:, None], embedded))
         b.embeds[n:].zero_()
-        full = torch.zeros(rows, dtype=torch.long)
-        full[:n] = positions
-        b.positions.copy_(full[:, None], non_blocking=True)
-        b.slots.copy_(slots, non_blocking=True)
-        b.write.copy_(write, non_blocking=True)
 
     # ---- running -----------------------------------------------------------------------------------------------
     def _run(self, b: _Bucket, cache) -> torch.Tensor:
