@@ -35,6 +35,7 @@ class RecordingSchedule:
 
     delays: tuple[int, ...]
     seen: list = field(default_factory=list)
+    head: PolicyHead | None = None  # only its ``layer`` matters: which layer's output the features are
     name: ClassVar[str] = "recording"
     per_arrival: ClassVar[bool] = False
     lets_model_end_segment: ClassVar[bool] = False
@@ -60,17 +61,22 @@ class RecordingSchedule:
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2"])
 @pytest.mark.parametrize("schedule", ["wait-2", "read-3"])
-def test_the_head_reads_the_same_hidden_states_in_training_and_streaming(arch, schedule):
+@pytest.mark.parametrize("layer", [None, 0])
+def test_the_head_reads_the_same_hidden_states_in_training_and_streaming(arch, schedule, layer):
+    """The last hidden state, or a head on layer 0's output (whose READs stop their forwards there)."""
     tr = tiny_interleaved_translator(arch)
     delays = wait_k(2, X, Y) if schedule == "wait-2" else read_n(3, X, Y)
     layout = Interleaved()
     units = source_units(tr.tokenizer, tr.fmt, SOURCE.split())
     points = decision_points(layout, tr.fmt, tr.tokenizer, units, TARGET.split(), delays)
     ex = points.example
-    hidden = tr.runner.hidden_states(ex.input_ids.tolist(), ex.position_ids.tolist(), ex.visible(layout))
-    policy = RecordingSchedule(tuple(delays))
+    hidden = tr.runner.hidden_states(ex.input_ids.tolist(), ex.position_ids.tolist(), ex.visible(layout), layer=layer)
+    d = tr.model.config.hidden_size
+    policy = RecordingSchedule(tuple(delays), head=PolicyHead(torch.zeros(2, d), torch.zeros(2), {"layer": layer}))
     session = tr.session(layout, policy, forced=forced_tokens(ex, tr.fmt.end_id))
-    assert session.run(SOURCE).prediction == TARGET
+    result = session.run(SOURCE)
+    assert result.prediction == TARGET
+    assert (result.stopped_forwards > 0) == (layer is not None)
     assert [units for units, _ in policy.seen] == list(range(1, X))  # after every read but the last
     assert len(points.indices) == X - 1
     for (units, features), index in zip(policy.seen, points.indices):

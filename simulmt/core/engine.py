@@ -10,6 +10,8 @@
             at its position, masked from it, and one the layout places is moved into its slot; a forward shared by
             several streams feeds none: their rows would cost every stream); the LM head runs
             only on the rows that ask for logits (a learned policy's decision asks only if it writes).
+            A learned policy whose head reads an inner layer: the forward stops at that layer when every stream in
+            it reads on (layer_split.py); their rows are cropped back and fed again, whole, in their next forward.
             With ``guess_rows`` set, a crowded forward (that many rows or more without its guesses) feeds no
             guess at all: on a CPU its matrix products cost by the row, so a guess costs more than the round it
             may save. The outputs are the same; the tokens fed and forwards counted then depend on the batch, so
@@ -73,6 +75,7 @@ class EngineStats:
     rows: int = 0  # stream rows served, summed over forwards
     tokens: int = 0  # tokens computed (packed: no padding; shared prompt tokens are not computed)
     shared_tokens: int = 0  # prompt tokens copied from the prompt cache instead of computed
+    stopped: int = 0  # forwards that stopped at a policy head's inner layer
     peak_cache_bytes: int = 0
     batch_sizes: list[int] = field(default_factory=list)
 
@@ -151,7 +154,10 @@ class Engine:
         17 ms Gemma-3-270M decoder forward on a CPU; the same numbers); the streams receive ordinary tensors."""
         with torch.inference_mode() if self.inference_mode else torch.no_grad():
             (requests, rows, shared, counts, pairs, answered, got, logits, hidden,
-             to_store) = self._forward(requests)
+             to_store, layer) = self._forward(requests)
+        if logits is None:  # stopped at the policy head's layer: every stream reads on, its tokens come again
+            self._stopped(requests, rows, counts, pairs, answered, hidden, layer)
+            return
         starts = [0] + torch.cumsum(torch.tensor(counts), 0).tolist()[:-1]
         logit_rows, answer = 0, 0  # where each stream's rows begin in ``logits`` and in ``hidden``
         for i, ((stream, request), n) in enumerate(zip(requests, counts)):
@@ -174,10 +180,27 @@ class Engine:
             keys, values = self.cache.copy_out(row, length)
             self.prompts.put(key, SharedPrompt(keys, values))
 
+    def _stopped(self, requests, rows, counts, pairs, answered, hidden, layer: int) -> None:
+        """A forward that stopped at ``layer``: each row back to what it kept; each stream gets its features."""
+        starts = [0] + torch.cumsum(torch.tensor(counts), 0).tolist()[:-1]
+        answer = 0
+        for i, ((stream, request), row, n) in enumerate(zip(requests, rows, counts)):
+            self.cache.crop(row, request.keep)
+            flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), 0, layers=layer + 1)
+            stream.receive(None, flops, hidden[answer:answer + answered[i]], served=request, stopped=True)
+            answer += answered[i]
+        s = self.stats
+        s.forwards += 1
+        s.stopped += 1
+        s.rows += len(rows)
+        s.tokens += sum(counts)
+        s.batch_sizes.append(len(rows))
+        s.peak_cache_bytes = max(s.peak_cache_bytes, self.cache.memory_bytes())
+
     def _forward(self, requests: list[tuple[Stream, ForwardRequest]]):
         """The cache's edits and the forward of ``serve``: (the requests in row order, their rows, prompt tokens
-        shared, tokens fed, visible keys per query, answers per request, which got logits, logits, hidden states,
-        prompts to store)."""
+        shared, tokens fed, visible keys per query, answers per request, which got logits, logits (None: the
+        forward stopped at the policy head's layer), hidden states (features), prompts to store, that layer)."""
         requests = sorted(requests, key=lambda sr: self._row(sr[0]))
         if len(requests) > 1:  # a shared forward: the alternatives' rows would cost every stream (measured), none fed
             requests = [(s, replace(r, tokens=r.tokens[:len(r.tokens) - r.alternatives], alternatives=0))
@@ -209,11 +232,20 @@ class Engine:
         answered = [1 + r.speculative + r.alternatives for _, r in requests]  # the list's last query, each guess
         last = torch.cat([torch.arange(e - n, e) for e, n in zip(ends.tolist(), answered)])
         features = any(s.wants_features for s, _ in requests)
+        layers = {s.features_layer for s, _ in requests if s.wants_features}
+        if len(layers) > 1:
+            raise SimulmtError(f"streams whose policy heads read different layers ({sorted(layers, key=str)}) cannot "
+                               f"share an engine: run them in engines of their own")
+        layer = next(iter(layers), None)
+        first = torch.cumsum(torch.tensor([0] + answered[:-1]), 0).tolist()  # each request's first answer
+        stop = None
+        if layer is not None and all(r.reads_on is not None for _, r in requests):
+            def stop(hidden: torch.Tensor) -> bool:  # every stream reads on: nothing above the head's layer is needed
+                return all(r.reads_on(hidden[i]) for (_, r), i in zip(requests, first))
         got = [r.logits for _, r in requests]  # which requests get logits (a ``logits_if`` may say no: no LM head)
         conditional = any(r.logits and r.logits_if is not None for _, r in requests)
 
         def head_rows(hidden: torch.Tensor) -> torch.Tensor:
-            first = torch.cumsum(torch.tensor([0] + answered[:-1]), 0).tolist()  # each request's first answer
             got[:] = [r.logits and (r.logits_if is None or r.logits_if(hidden[i]))
                       for (_, r), i in zip(requests, first)]
             return torch.tensor([g for g, n in zip(got, answered) for _ in range(n)])
@@ -221,9 +253,10 @@ class Engine:
         logits, hidden = self.runner.forward_packed(ids, positions, visible, q_index, last, self.cache, features,
                                                     distances=distances,
                                                     embedded=torch.stack(embedded) if embedded else None,
-                                                    head_rows=head_rows if conditional or not all(got) else None)
+                                                    head_rows=head_rows if conditional or not all(got) else None,
+                                                    features_layer=layer, stop=stop)
         pairs = visible.sum(dim=1).tolist()  # visible keys per query (FLOPs)
-        return requests, rows, shared, counts, pairs, answered, got, logits, hidden, to_store
+        return requests, rows, shared, counts, pairs, answered, got, logits, hidden, to_store, layer
 
     def _share_prompt(self, row: int, request: ForwardRequest, to_store: list) -> int:
         """A new stream's first request: copy its prompt's keys and values into its row when the prompt cache has

@@ -48,6 +48,13 @@ class PolicyHead:
     def hidden_size(self) -> int:
         return self.weight.shape[1]
 
+    @property
+    def layer(self) -> int | None:
+        """The decoder layer whose output the head reads (0-based; its raw residual stream), or None: the last hidden
+        state after the final norm. A head on an inner layer lets a READ stop the forward there (layer_split.py)."""
+        layer = self.info.get("layer")
+        return None if layer is None else int(layer)
+
     def p_write(self, hidden: torch.Tensor) -> torch.Tensor:
         """p(WRITE) for hidden states (..., hidden), on the head's device (a GPU's hidden state comes to it: the
         decision is read on the host anyway)."""

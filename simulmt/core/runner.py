@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from simulmt.errors import SimulmtError
+from simulmt.core import layer_split
 from simulmt.core.alibi import Alibi, adopt_alibi
 from simulmt.core.packed_linear import PackedLinear, packed_weight_count
 from simulmt.core.static_decoder import StaticDecoder
@@ -34,8 +35,11 @@ class ComputeModel:
     hidden: int
     vocab: int
 
-    def flops(self, tokens: int, visible_pairs: int, logit_rows: int) -> float:
-        return (2.0 * self.non_embedding_params * tokens + 4.0 * self.layers * self.attention_width * visible_pairs
+    def flops(self, tokens: int, visible_pairs: int, logit_rows: int, layers: int | None = None) -> float:
+        """``layers``: only that many of the decoder's layers ran (a forward stopped at a policy head's layer)."""
+        share = 1.0 if layers is None else layers / self.layers
+        return (share * (2.0 * self.non_embedding_params * tokens
+                         + 4.0 * self.layers * self.attention_width * visible_pairs)
                 + 2.0 * self.hidden * self.vocab * logit_rows)
 
 
@@ -216,47 +220,75 @@ class ModelRunner:
 
     @torch.no_grad()
     def hidden_states(self, ids: list[int], positions: list[int], visible: torch.Tensor,
-                      embedded: torch.Tensor | None = None) -> torch.Tensor:
+                      embedded: torch.Tensor | None = None, layer: int | None = None) -> torch.Tensor:
         """The decoder's last hidden state (after its final norm: what the LM head and a policy head read) at every
-        token of one training-style forward over placed tokens; (T, hidden) float32."""
+        token of one training-style forward over placed tokens; (T, hidden) float32. ``layer``: the output of that
+        decoder layer instead (what a policy head on that layer reads; the layers above are not computed)."""
         self.check_positions(positions)
-        out = self.decoder(inputs_embeds=self.embed(torch.tensor([ids]), embedded),
-                           position_ids=torch.tensor([positions], device=self.device),
-                           attention_mask=self.masks(visible, 0), use_cache=False)
-        return out.last_hidden_state[0].float()
+
+        def call():
+            return self.decoder(inputs_embeds=self.embed(torch.tensor([ids]), embedded),
+                                position_ids=torch.tensor([positions], device=self.device),
+                                attention_mask=self.masks(visible, 0), use_cache=False)
+        if layer is not None:
+            return layer_split.run_to(self.layers, layer, call).hidden[0].float()
+        return call().last_hidden_state[0].float()
+
+    @property
+    def layers(self) -> torch.nn.ModuleList:
+        return layer_split.decoder_layers(self.decoder)
 
     @torch.no_grad()
     def forward_packed(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor,
                        q_index: torch.Tensor, last: torch.Tensor, cache, features: bool = False,
                        distances: torch.Tensor | None = None, embedded: torch.Tensor | None = None,
-                       head_rows=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       head_rows=None, features_layer: int | None = None, stop=None
+                       ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """One forward for many streams (the batched engine), packed: ``ids``/``positions``/``q_index`` (N,), one
         query per batch row; ``visible`` (N, K); ``cache`` a ``BatchKVCache`` prepared for these queries;
         ``distances`` (N, K) for ALiBi models. Returns the logits (float32) of the queries ``last`` (R,), only of
-        those where the boolean ``head_rows`` (R,) is true when it is given (or a function of the (R, hidden) last
-        hidden states that returns it: which rows need the head can depend on them), and, when ``features``, the last
-        hidden states of all R. ``embedded``: rows for the ids < 0 (``embed``). Both are ordinary tensors even when
-        the caller runs in inference mode (the engine does): the LM head runs with it off. With ``static`` (on a GPU)
-        the decoder runs as a replayed CUDA graph when the forward allows it (static_decoder.py)."""
-        hidden = None
-        if self.static is not None and self.static.serves(cache, len(ids)):
+        those where the boolean ``head_rows`` (R,) is true when it is given (or a function of the (R, hidden) features
+        that returns it: which rows need the head can depend on them), and, when ``features``, the features of all R:
+        their last hidden states, or with ``features_layer`` the output of that decoder layer (what a policy head on
+        that layer reads). ``stop``: a function of those features; when it says so, the forward ends at
+        ``features_layer`` (layer_split.py): the logits are then None, and the cache holds the fed tokens' keys and
+        values for the layers up to it only (the caller crops them and feeds them again). ``embedded``: rows for the
+        ids < 0 (``embed``). Both are ordinary tensors even when the caller runs in inference mode (the engine does):
+        the LM head runs with it off. With ``static`` (on a GPU) the decoder runs as a replayed CUDA graph when the
+        forward allows it (static_decoder.py)."""
+        hidden = feats = None
+        if features_layer is None and self.static is not None and self.static.serves(cache, len(ids)):
             hidden = self.static(ids, positions, visible, q_index, last, cache, embedded, distances)  # (R, hidden)
         if hidden is None:
             tokens = ({"inputs_embeds": self.embed(ids[:, None], embedded)} if embedded is not None
                       else {"input_ids": ids[:, None].to(self.device)})
-            out = self.decoder(**tokens, position_ids=positions[:, None].to(self.device),
-                               attention_mask=self.row_masks(visible, q_index, distances), use_cache=True,
-                               **{self.decoder_cache_arg: cache})
-            hidden = out.last_hidden_state[:, 0].index_select(0, last.to(self.device))  # (R, hidden), contiguous
+            masks = self.row_masks(visible, q_index, distances)
+
+            def call():
+                return self.decoder(**tokens, position_ids=positions[:, None].to(self.device), attention_mask=masks,
+                                    use_cache=True, **{self.decoder_cache_arg: cache})
+            rows = last.to(self.device)
+            if features_layer is not None:
+                part = layer_split.run_to(self.layers, features_layer, call)
+                with torch.inference_mode(False), torch.no_grad():
+                    feats = part.hidden[:, 0].index_select(0, rows).float()  # (R, hidden), an ordinary tensor
+                if stop is not None and stop(feats):
+                    return None, feats
+                out = layer_split.run_from(self.layers, part, call)
+            else:
+                out = call()
+            hidden = out.last_hidden_state[:, 0].index_select(0, rows)  # (R, hidden), contiguous
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors out, whatever mode the caller is in
             hidden = hidden.clone()  # (R rows of hidden size; the logits, R rows of the vocabulary, need no copy)
+            if feats is None and (features or callable(head_rows)):
+                feats = hidden.float()
             if callable(head_rows):
-                head_rows = head_rows(hidden.float())
+                head_rows = head_rows(feats)
             heads = hidden if head_rows is None else hidden.index_select(0, head_rows.nonzero()[:, 0].to(self.device))
             logits = self.head(heads)
             if self.softcap:
                 logits = torch.tanh(logits / self.softcap) * self.softcap
-            return logits.float(), hidden.float() if features else None
+            return logits.float(), feats if features else None
 
 
 class ContextOverflowError(SimulmtError):

@@ -141,6 +141,7 @@ class Translation:
     refed_tokens: int = 0
     speculated: int = 0  # tokens fed ahead of the layout's list (a guess of what it places next; stream.py)
     speculated_kept: int = 0  # of those, the tokens the layout then placed (the others were computed in vain)
+    stopped_forwards: int = 0  # forwards that stopped at a policy head's inner layer (a READ: layer_split.py)
     wall_ms: float = 0.0
     error: str | None = None
 
@@ -194,6 +195,9 @@ class ForwardRequest:
     move: tuple[int, int] | None = None  # before keeping: copy the cached token at index [0] to index [1]
     logits_if: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the hidden state
     # of the list's last token: are the logits wanted? (a learned policy that reads on needs none: no LM head)
+    reads_on: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the features at
+    # the list's last token (a policy head's inner layer): does the policy read on? Then the forward may stop at
+    # that layer, and the tokens are fed again, whole, in the next forward (``Stream.receive(stopped=True)``)
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,7 @@ class Stream:
     speculate = True  # feed guesses of what the layout places next (the output is the same; False: to measure them)
     alternatives = 0  # the model's next choices fed beside the draft (opt-in: 2 saves forwards for one live stream;
     # a forward shared by several streams feeds none, nor does one of an ALiBi model; docs/speech-cascade.md)
+    stop_at_head = True  # a policy head on an inner layer: a READ stops the forward there (False: to measure it)
     read_ahead = True  # mid-word, feed what a READ would place when its source is here already (``_reading_guess``)
 
     def __init__(self, tokenizer, fmt: PromptFormat, layout: Layout, policy: Policy, vocabulary: Vocabulary,
@@ -223,6 +228,10 @@ class Stream:
         self.model_name = model_name
         self.max_positions = max_positions
         self.wants_features = bool(getattr(policy, "wants_features", False))
+        head = getattr(policy, "head", None)  # a policy head on an inner layer: its decisions may stop a forward there
+        self.features_layer: int | None = getattr(head, "layer", None) if self.wants_features else None
+        self.stopped_at: tuple[int, tuple[PlacedToken, ...], torch.Tensor] | None = None  # (keep, tokens, features)
+        # of the last forward if it stopped at ``features_layer``: the cache row does not hold ``tokens``
         self.state = layout.start(fmt)
         self.fed: list[PlacedToken] = []  # what the stream's cache row holds, in order (a guess may end it)
         self.outputs: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}  # the last forward's answer:
@@ -258,6 +267,7 @@ class Stream:
         self.error: SimulmtError | None = None  # set by an engine when the stream failed
         self.tokens_fed = self.forward_calls = self.cache_crops = self.refed_tokens = 0
         self.speculated = self.speculated_kept = 0
+        self.stopped_forwards = 0  # forwards that stopped at the policy head's layer (their tokens are fed again)
         self.flops = 0.0
         self.proposals: list[Proposal] = []
         self.t0: float | None = None
@@ -335,7 +345,14 @@ class Stream:
     def features(self) -> torch.Tensor | None:
         """The last hidden state of the layout's last placed token, if the last forward returned it."""
         output = self._output()
-        return None if output is None else output[1]
+        if output is not None:
+            return output[1]
+        if self.stopped_at is not None:  # the decision's features, if the layout's list is still what was fed
+            keep, tokens, hidden = self.stopped_at
+            placed = self.state.tokens
+            if len(placed) == keep + len(tokens) and tuple(placed[keep:]) == tokens and placed[:keep] == self.fed:
+                return hidden
+        return None
 
     def _output(self, kept: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
         """The model's answer (logits, hidden state) at the layout's last placed token, if the cache row holds the
@@ -474,7 +491,9 @@ class Stream:
                     return True
             self.pending = replace(self.pending, tokens=self.pending.tokens + guesses + alternatives,
                                    speculative=len(guesses), alternatives=len(alternatives), logits=bool(guesses),
-                                   logits_if=writes if guesses else None)
+                                   logits_if=writes if guesses else None,
+                                   reads_on=(lambda hidden: not writes(hidden))
+                                   if self.features_layer is not None and self.stop_at_head else None)
         return self.pending is None
 
     def _scratch_state(self):
@@ -536,12 +555,14 @@ class Stream:
         return guesses
 
     def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None,
-                served: ForwardRequest | None = None) -> None:
+                served: ForwardRequest | None = None, stopped: bool = False) -> None:
         """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
         if any were fed). ``logits`` (1 + speculative + alternatives, vocab), None when the request asked for none
         (or its ``logits_if`` said no); ``features`` (the same rows, hidden): the last hidden states, when the policy
         wants them. ``served``: the request as the engine served it, if not as posted (a forward shared by several
-        streams leaves the alternatives out)."""
+        streams leaves the alternatives out). ``stopped``: the forward stopped at the policy head's layer (the
+        request's ``reads_on`` said so): the cache row holds the first ``keep`` tokens only, and ``features`` has the
+        decision's row; the tokens are fed again, whole, with the next request."""
         request, self.pending = self.pending, None
         if request is None:
             raise SimulmtError("receive() without a pending forward request")
@@ -554,6 +575,19 @@ class Stream:
             self.cache_crops += 1
             self.refed_tokens += sum(t in dropped for t in request.tokens)
         self.move = None  # (the engine made it)
+        self.stopped_at = None
+        if stopped:
+            listed = request.tokens[:len(request.tokens) - request.speculative - request.alternatives]
+            self.fed = self.fed[: request.keep]
+            self.guessed = self.alternates = 0
+            self.outputs, self.alternate_outputs, self.guessed_answers = {}, {}, set()
+            self.stopped_at = (request.keep, tuple(listed), features[0])
+            self.tokens_fed += len(request.tokens)
+            self.refed_tokens += len(listed)  # (they come again in the next forward)
+            self.forward_calls += 1
+            self.stopped_forwards += 1
+            self.flops += flops
+            return
         self.fed = self.fed[: request.keep] + list(request.tokens)
         self.guessed, self.alternates = request.speculative + request.alternatives, request.alternatives
         answers = [(None if logits is None else logits[i], None if features is None else features[i])
@@ -715,5 +749,5 @@ class Stream:
             policy=self.policy.describe(), slot=getattr(self.layout, "slot", None), model=self.model_name,
             source_length=len(self.source_words), forward_calls=self.forward_calls, cache_crops=self.cache_crops,
             refed_tokens=self.refed_tokens, speculated=self.speculated, speculated_kept=self.speculated_kept,
-            wall_ms=round(wall, 3),
+            stopped_forwards=self.stopped_forwards, wall_ms=round(wall, 3),
             error=str(self.error) if self.error is not None else None)

@@ -65,6 +65,10 @@ class FinetuneOptions:
         "help": "policy-head: where READ/WRITE labels come from: schedule (--policy's chunks) or oracle (write a "
                 "word once the model gets it right from the source read so far; simulmt/finetune/oracle.py)",
         "choices": ("schedule", "oracle")})
+    head_layer: int | None = field(default=None, metadata={
+        "help": "policy-head: read the output of this decoder layer (0-based) instead of the last hidden state; "
+                "a READ then stops its forward at that layer (about layer/layers of its cost; "
+                "simulmt/core/layer_split.py)", "metavar": "LAYER"})
     slot: int = field(default=16, metadata={"help": "expost: slot length in tokens"})
     phi: int = field(default=256, metadata={"help": "gpe: first position id of the target group"})
     # ---- adapter ----

@@ -49,11 +49,12 @@ class HeadFit:
         return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
-def collect(translator, layout, pairs, schedule, seed: int = 0, progress: bool = False, oracle: bool = False
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+def collect(translator, layout, pairs, schedule, seed: int = 0, progress: bool = False, oracle: bool = False,
+            layer: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(hidden (N, d), labels (N,)) over the decision points of ``pairs`` (objects with .source and .target),
     each pair laid out along ``schedule.delays`` drawn with a seeded generator, or along the model's own oracle
-    delays (``oracle``: simulmt/finetune/oracle.py)."""
+    delays (``oracle``: simulmt/finetune/oracle.py). ``layer``: the output of that decoder layer instead of the
+    last hidden state (``PolicyHead.layer``)."""
     rng = random.Random(seed)
     hidden, labels = [], []
     runner = translator.runner
@@ -73,7 +74,8 @@ def collect(translator, layout, pairs, schedule, seed: int = 0, progress: bool =
         if not points.indices:
             continue
         ex = points.example
-        states = runner.hidden_states(ex.input_ids.tolist(), ex.position_ids.tolist(), ex.visible(layout))
+        states = runner.hidden_states(ex.input_ids.tolist(), ex.position_ids.tolist(), ex.visible(layout),
+                                      layer=layer)
         hidden.append(states[points.indices].cpu())  # the head is fitted on the CPU, whatever the model's device
         labels.append(torch.tensor(points.labels))
     if not hidden:
@@ -153,9 +155,15 @@ def train_policy_head(options, recipe, pairs, out, model_name: str, translator=N
     started, cpu_started = time.perf_counter(), time.process_time()
     torch.set_grad_enabled(True)
     oracle = options.head_labels == "oracle"
-    hidden, labels = collect(translator, recipe.layout(), pairs, recipe.schedule, options.seed, progress, oracle)
+    layer = options.head_layer
+    if layer is not None and not 0 <= layer < len(translator.runner.layers):
+        raise SimulmtError(f"--head-layer {layer}: the model's decoder layers are 0..{len(translator.runner.layers) - 1}")
+    hidden, labels = collect(translator, recipe.layout(), pairs, recipe.schedule, options.seed, progress, oracle,
+                             layer=layer)
     info = {"layout": recipe.layout().name, "labels": "oracle" if oracle else recipe.schedule.describe(),
             "pairs": len(pairs), "adapter": str(options.init_adapter)}
+    if layer is not None:
+        info["layer"] = layer
     head, fit = fit_head(hidden, labels, seed=options.seed, info=info)
     final.mkdir(parents=True, exist_ok=True)
     for f in resolved[1].iterdir():
