@@ -162,3 +162,35 @@ def test_the_head_keeps_its_layer(tmp_path):
     head.save(tmp_path)
     assert PolicyHead.load(tmp_path).layer == 3
     assert PolicyHead(torch.zeros(2, 4), torch.zeros(2)).layer is None
+
+
+def test_only_decision_forwards_are_split_and_a_copied_prompt_may_stop(monkeypatch):
+    """Forwards that decide nothing run whole and give a head on an inner layer no features (its decisions then ask
+    for a forward of their own); a first forward that computes the prompt never stops (the prompt would be computed
+    twice), one whose prompt was copied from the engine's prompt cache may."""
+    tr = tiny_interleaved_translator("llama")
+    policy = Learned(0.5, head_on(tr, 0))
+    splits, served = [], []
+    real_run_to, real_forward = layer_split.run_to, Engine._forward
+    monkeypatch.setattr(layer_split, "run_to", lambda *a: splits.append(1) or real_run_to(*a))
+
+    def spy(self, requests):
+        out = real_forward(self, requests)
+        served.append(([r.decides for _, r in out[0]], [r.keep for _, r in out[0]], out[2], out[7] is None))
+        return out
+    monkeypatch.setattr(Engine, "_forward", spy)
+    engine = Engine(tr.runner)
+    streams = []
+    for source in CORPUS[:2]:  # one after the other: the second finds the first one's prompt
+        stream = tr.new_stream("interleaved", policy)
+        stream.push(source.split(), finished=True)
+        engine.add(stream)
+        engine.run()
+        streams.append(stream)
+    assert all(s.done for s in streams)
+    assert len(splits) == sum(any(d) for d, *_ in served) < len(served)
+    decides, keep, shared, stopped = served[0]
+    assert decides == [True] and keep == [0] and shared == [0] and not stopped  # computes the prompt: whole
+    copied = [x for x in served if x[1] == [0] and x[2][0] > 0]
+    assert copied and all(x[0] == [True] for x in copied)
+    assert sum(x[3] for x in served) > 0

@@ -165,8 +165,9 @@ class Engine:
             flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), answers * got[i])
             if shared[i]:  # a stream's compute count is that of its whole request (prompt_cache.py)
                 flops += self.runner.compute.flops(shared[i], shared[i] * (shared[i] + 1) // 2, 0)
+            own = hidden is not None and stream.features_layer == layer  # (another layer's features are not its own)
             stream.receive(logits[logit_rows:logit_rows + answers] if got[i] else None, flops,
-                           hidden[answer:answer + answers] if hidden is not None else None, served=request)
+                           hidden[answer:answer + answers] if own else None, served=request)
             logit_rows += answers * got[i]
             answer += answers
         s = self.stats
@@ -232,14 +233,17 @@ class Engine:
         answered = [1 + r.speculative + r.alternatives for _, r in requests]  # the list's last query, each guess
         last = torch.cat([torch.arange(e - n, e) for e, n in zip(ends.tolist(), answered)])
         features = any(s.wants_features for s, _ in requests)
-        layers = {s.features_layer for s, _ in requests if s.wants_features}
+        layers = {s.features_layer for s, r in requests if s.wants_features and r.decides}
         if len(layers) > 1:
             raise SimulmtError(f"streams whose policy heads read different layers ({sorted(layers, key=str)}) cannot "
                                f"share an engine: run them in engines of their own")
-        layer = next(iter(layers), None)
+        layer = next(iter(layers), None)  # the features are that layer's output (None: the last hidden state)
         first = torch.cumsum(torch.tensor([0] + answered[:-1]), 0).tolist()  # each request's first answer
         stop = None
-        if layer is not None and all(r.reads_on is not None for _, r in requests):
+        # A READ may end the forward at the head's layer when every request decides there, and none computes the
+        # prompt (it would be computed again; a prompt copied from the prompt cache is copied again)
+        if layer is not None and all(r.reads_on is not None and (r.keep > 0 or n > 0)
+                                     for (_, r), n in zip(requests, shared)):
             def stop(hidden: torch.Tensor) -> bool:  # every stream reads on: nothing above the head's layer is needed
                 return all(r.reads_on(hidden[i]) for (_, r), i in zip(requests, first))
         got = [r.logits for _, r in requests]  # which requests get logits (a ``logits_if`` may say no: no LM head)

@@ -195,6 +195,9 @@ class ForwardRequest:
     move: tuple[int, int] | None = None  # before keeping: copy the cached token at index [0] to index [1]
     logits_if: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the hidden state
     # of the list's last token: are the logits wanted? (a learned policy that reads on needs none: no LM head)
+    decides: bool = False  # the list's last token is a decision point: its features are wanted (at the policy
+    # head's layer, ``Stream.features_layer``); a forward without one gives no features to a stream whose head
+    # reads an inner layer, and computes no such layer apart
     reads_on: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the features at
     # the list's last token (a policy head's inner layer): does the policy read on? Then the forward may stop at
     # that layer, and the tokens are fed again, whole, in the next forward (``Stream.receive(stopped=True)``)
@@ -492,7 +495,7 @@ class Stream:
             self.pending = replace(self.pending, tokens=self.pending.tokens + guesses + alternatives,
                                    speculative=len(guesses), alternatives=len(alternatives), logits=bool(guesses),
                                    logits_if=writes if guesses else None,
-                                   reads_on=(lambda hidden: not writes(hidden))
+                                   decides=True, reads_on=(lambda hidden: not writes(hidden))
                                    if self.features_layer is not None and self.stop_at_head else None)
         return self.pending is None
 
