@@ -206,6 +206,15 @@ def test_interleaved_recipe_then_policy_head_from_the_command_line(tmp_path):
     assert all(d[0] == 1 for d in low if d)  # tau 0: write after the first word
     assert all(set(d) == {len(s.split())} for d, s in zip(high, CORPUS[:4]) if d)  # tau 1: read everything
 
+    # a head on an inner layer: the card and the head say which; the translator's streams stop their READs there
+    assert cli.main(["finetune", *data, "--output", str(tmp_path / "head1"), "--recipe", "policy-head", "--n", "2",
+                     "--init-adapter", str(adapter), "--head-layer", "1"]) == 0
+    assert json.loads((tmp_path / "head1" / "training.json").read_text())["policy_head"]["layer"] == 1
+    tr = Translator.load(str(model_dir), adapter=str(tmp_path / "head1" / "adapter"), device="cpu")
+    assert tr.policy_head.layer == 1 and tr.translate(CORPUS[0], "interleaved", "learned", tau=0.5).delays
+    assert cli.main(["finetune", *data, "--output", str(tmp_path / "head9"), "--recipe", "policy-head", "--n", "2",
+                     "--init-adapter", str(adapter), "--head-layer", "9"]) == 1
+
 
 def test_the_interleaved_adapter_stores_only_the_marker_rows_and_reloads_exactly(tmp_path):
     """The saved adapter holds the three markers' embedding deltas, not the whole resized embedding; loaded again on

@@ -9,6 +9,8 @@ import os
 import shutil
 
 import pytest
+
+from simulmt.core.stream import Stream
 import torch
 from transformers import WhisperConfig, WhisperFeatureExtractor
 from transformers.models.whisper.modeling_whisper import WhisperEncoder
@@ -115,6 +117,19 @@ def test_the_three_stages_and_the_trained_speech_model(corpus, parts, tmp_path):
     assert eager.delays and eager.delays[0] == 1
     assert patient.delays and set(patient.delays) == {blocks}
     assert eager.delays_ms[0] < patient.delays_ms[0] <= patient.duration_ms
+
+    # a head on layer 0: speech frames through forwards that stop there on a READ, the same as whole forwards
+    train_speech(options(corpus, tmp_path / "policy0", stage="policy", speech_adapter=str(tmp_path / "simul" / "model"),
+                         n_mix="1,2", head_layer=0), progress=False, **parts)
+    head0 = PolicyHead.load(tmp_path / "policy0" / "model")
+    assert head0.layer == 0
+    stopping = [speech.translate(audio, "interleaved", Learned(tau, head0)) for tau in (0.3, 0.5, 0.7)]
+    Stream.stop_at_head = False
+    try:
+        whole = [speech.translate(audio, "interleaved", Learned(tau, head0)) for tau in (0.3, 0.5, 0.7)]
+    finally:
+        Stream.stop_at_head = True
+    assert [(r.prediction, r.delays) for r in stopping] == [(r.prediction, r.delays) for r in whole]
     card = json.loads((final / SPEECH_FILE).read_text())
     assert card["block_ms"] == 320 and card["encoder"] == "tiny.en"
 

@@ -43,6 +43,12 @@ it goes on, the guess is dropped. Interleaved wait-3 on 20 Multi30k sentences gi
 target token, 0.81x the time, the same output (a learned policy, which decides on the hidden state after the read,
 gets none).
 
+Stops (a learned policy whose head reads an inner layer, ``PolicyHead.layer``): the forward that feeds what was
+read asks at that layer; when the policy reads on, the forward stops there (no layer above, no LM head) and the
+cache row keeps only what it held before: the tokens come again, whole, with the next request (``receive(...,
+stopped=True)``; rows cost little, layers a lot). A forward that computes the prompt does not stop. The output is the
+same either way (``Stream.stop_at_head = False``: tests/test_layer_split.py).
+
 The draft is the model's first choice before the read; its next choices (``Stream.alternatives`` of them, none by
 default) can be fed in the same forward as alternatives: each at the draft's place (same position id), seeing what
 the draft sees but not the draft nor each other (the engine's mask), so each one's answer is what it would be in the

@@ -45,6 +45,9 @@ class SpeechTrainOptions:
         "help": "policy: READ/WRITE labels from the --n-mix chunks (schedule) or from the model itself (oracle: write "
                 "a word after the first block from which the model predicts it right; simulmt/finetune/oracle.py)",
         "choices": ("schedule", "oracle")})
+    head_layer: int | None = field(default=None, metadata={
+        "help": "policy: the head reads this decoder layer's output (0-based) instead of the last hidden state; a "
+                "READ then stops its forward there (simulmt/core/layer_split.py)", "metavar": "LAYER"})
     adapter_hidden: int = field(default=1024, metadata={"help": "channels of the speech adapter's convolutions"})
     encoder_layers: int = field(default=0, metadata={
         "help": "ctc, align, simul: also train the speech encoder's top N layers and its final norm, as EASiST trains "

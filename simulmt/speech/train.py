@@ -404,14 +404,15 @@ def _fit_policy(options, translator, adapter, items, layout, fmt) -> tuple[dict,
             ex = points.example
             rows = _rows(ex.input_ids.tolist(), embeddings)
             states = translator.runner.hidden_states(ex.input_ids.tolist(), ex.position_ids.tolist(),
-                                                     ex.visible(layout), embedded=rows)
+                                                     ex.visible(layout), embedded=rows, layer=options.head_layer)
             hidden.append(states[points.indices])
             labels.append(torch.tensor(points.labels))
     if not hidden:
         raise SimulmtError("no decision points in the corpus (every utterance is one block)")
     head, fit = fit_head(torch.cat(hidden), torch.cat(labels), seed=options.seed,
                          info={"stage": "policy", "unit": f"{options.block_ms} ms block",
-                               "labels": "oracle" if options.head_labels == "oracle" else options.schedule.describe()})
+                               "labels": "oracle" if options.head_labels == "oracle" else options.schedule.describe(),
+                               **({} if options.head_layer is None else {"layer": options.head_layer})})
     return {"fit": fit.to_json()}, head
 
 
