@@ -170,13 +170,7 @@ class Engine:
                            hidden[answer:answer + answers] if own else None, served=request)
             logit_rows += answers * got[i]
             answer += answers
-        s = self.stats
-        s.forwards += 1
-        s.rows += len(rows)
-        s.tokens += sum(counts)
-        s.shared_tokens += sum(shared)
-        s.batch_sizes.append(len(rows))
-        s.peak_cache_bytes = max(s.peak_cache_bytes, self.cache.memory_bytes())
+        self._count(rows, counts, shared)
         for row, key, length in to_store if self.cache.layers_ready else ():  # a layer without a store: no sharing
             keys, values = self.cache.copy_out(row, length)
             self.prompts.put(key, SharedPrompt(keys, values))
@@ -190,11 +184,15 @@ class Engine:
             flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), 0, layers=layer + 1)
             stream.receive(None, flops, hidden[answer:answer + answered[i]], served=request, stopped=True)
             answer += answered[i]
+        self._count(rows, counts, [0] * len(rows))
+        self.stats.stopped += 1
+
+    def _count(self, rows: list[int], counts: list[int], shared: list[int]) -> None:
         s = self.stats
         s.forwards += 1
-        s.stopped += 1
         s.rows += len(rows)
         s.tokens += sum(counts)
+        s.shared_tokens += sum(shared)
         s.batch_sizes.append(len(rows))
         s.peak_cache_bytes = max(s.peak_cache_bytes, self.cache.memory_bytes())
 
