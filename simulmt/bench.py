@@ -512,6 +512,8 @@ def run(options: BenchOptions, parser: argparse.ArgumentParser, load_translator:
         parser.error(str(exc))
     if not sentences:
         parser.error(f"{options.source} has no non-empty line")
+    if not _output_ok(options):
+        return 1
     if options.threads is not None:
         torch.set_num_threads(options.threads)
     try:
@@ -547,6 +549,19 @@ def run(options: BenchOptions, parser: argparse.ArgumentParser, load_translator:
             return 1
         print(f"wrote {data} and {image}")
     return 1 if bench.skipped else 0
+
+
+def _output_ok(options: BenchOptions) -> bool:
+    """--output can be written (or created): checked before the model loads and the benchmark runs."""
+    from simulmt.output_dir import check_output_dir
+
+    if options.output:
+        try:
+            check_output_dir(options.output)
+        except SimulmtError as exc:
+            print(f"simulmt: error: {exc}", file=sys.stderr)
+            return False
+    return True
 
 
 def _run_streams(options: BenchOptions, translator: "Translator", sentences: list[str]) -> int:
@@ -588,6 +603,8 @@ def _run_speech(options: BenchOptions) -> int:
     from simulmt.speech import bench as speech_bench
     from simulmt.speech.model import SpeechTranslator, default_speech_model
 
+    if not _output_ok(options):
+        return 1
     if options.threads is not None:
         torch.set_num_threads(options.threads)
     try:

@@ -4,7 +4,9 @@ Each subcommand's options are a frozen dataclass; its fields (type, default, ``m
 subparser's arguments through :func:`add_dataclass_arguments`, and its ``__post_init__`` validates them. Invalid
 options are argument errors (exit code 2) found before any model is loaded; a model that cannot be loaded is
 exit code 1 with its message; a line that cannot be translated (not valid UTF-8, or too long for the model's
-context) is reported and skipped, and makes the exit code 1.
+context) is reported and skipped, and makes the exit code 1. An output folder that cannot be written is refused
+before the model loads (:mod:`simulmt.output_dir`); a file error later on, standard output included (``> /dev/full``),
+is one line and exit code 1; a closed pipe (``| head``) ends quietly. No error ends in a traceback.
 
 ``translate`` reads its input with :mod:`simulmt.text_input` (strict UTF-8, line by line), splits each line into
 sentences of at most ``--max-words`` words (:mod:`simulmt.segment`), translates them (:func:`translate_sentences`)
@@ -535,7 +537,73 @@ def _route_speech_recipe(argv: list[str]) -> list[str]:
     return argv
 
 
+class _Stdout:
+    """Standard output as the commands see it: the same stream, except that an ``OSError`` of a write or a flush
+    is marked as standard output's (``simulmt translate > /dev/full``), so that :func:`main` can say so."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def _guarded(self, call, *args):
+        try:
+            return call(*args)
+        except OSError as exc:
+            exc.simulmt_stdout = True  # type: ignore[attr-defined]
+            raise
+
+    def write(self, text: str) -> int:
+        return self._guarded(self._stream.write, text)
+
+    def writelines(self, lines) -> None:
+        return self._guarded(self._stream.writelines, lines)
+
+    def flush(self) -> None:
+        return self._guarded(self._stream.flush)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _silence_stdout() -> None:
+    """Point standard output at the null device: Python's last flush at exit finds nothing more to fail on."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code. Whatever goes wrong ends in one line on standard error, no traceback: an
+    argument error (2), a ``SimulmtError`` (1, said by the command), an ``OSError`` (1: a full disk, standard
+    output that cannot be written); a closed pipe (``simulmt translate big.txt | head``) ends quietly (1)."""
+    from simulmt.output_dir import os_error_message
+
+    saved = sys.stdout
+    sys.stdout = _Stdout(saved)  # type: ignore[assignment]
+    try:
+        try:
+            code = _main(argv)
+            sys.stdout.flush()  # now, not at exit, where a failure is only "Exception ignored"
+            return code
+        finally:
+            sys.stdout = saved
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader is gone: nobody to tell
+        _silence_stdout()
+        return 1
+    except OSError as exc:
+        if getattr(exc, "simulmt_stdout", False):
+            _silence_stdout()
+            print(f"simulmt: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        else:
+            print(f"simulmt: error: {os_error_message(exc)}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     parser, subparsers = build_parser()
     try:
         args = parser.parse_args(_route_speech_recipe(list(sys.argv[1:] if argv is None else argv)))
@@ -548,16 +616,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help, --version, argument errors
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # e.g. `simulmt translate big.txt | head`
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
-        return 1
 
 
 if __name__ == "__main__":

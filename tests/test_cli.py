@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import time
 import sys
@@ -340,3 +341,139 @@ def test_dtype_defaults_serve_users_fast_and_measure_the_same_everywhere():
     assert "auto" in DTYPES
     parser, _ = cli.build_parser()
     assert parser.parse_args(["translate", "--dtype", "auto"]).dtype == "auto"
+
+
+# ---- files that cannot be written: one line, no traceback, before the model loads --------------------------------
+def _one_error_line(err: str, expected: str) -> None:
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert err.strip().splitlines() == [expected], err
+
+
+@pytest.fixture
+def output_inputs(tmp_path) -> dict[str, list[str]]:
+    """Each command that writes an --output folder, with valid inputs and a model that does not exist: a model
+    loaded before the output is checked would be the error reported instead."""
+    source = tmp_path / "src.txt"
+    source.write_text(f"{SENTENCES[0]}\n", encoding="utf-8")
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(f"{SENTENCES[0]}\tDas Wetter ist heute schön.\n", encoding="utf-8")
+    model = ["--model", str(tmp_path / "no-such-model")]
+    return {
+        "evaluate": ["evaluate", "--source", str(source), "--reference", str(source), *model],
+        "bench": ["bench", "--source", str(source), *model],
+        "finetune": ["finetune", "--train-tsv", str(pairs), *model],
+        "rl": ["rl", "--train-source", str(source), "--train-target", str(source), *model],
+        "finetune-speech": ["finetune-speech", "--corpus", str(source), *model],
+    }
+
+
+PREFIX = {"evaluate": "simulmt", "bench": "simulmt", "finetune": "simulmt finetune", "rl": "simulmt rl",
+          "finetune-speech": "simulmt finetune-speech"}
+
+
+@pytest.mark.parametrize("command", list(PREFIX))
+@pytest.mark.parametrize("case", ["a file", "under a file"])
+def test_an_output_folder_that_cannot_be_made_is_one_line_before_the_model_loads(loads, capsys, tmp_path,
+                                                                                  output_inputs, command, case):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    output = afile if case == "a file" else afile / "out"
+    assert cli.main([*output_inputs[command], "--output", str(output)]) == 1
+    reason = ("exists and is not a directory" if case == "a file"
+              else f"cannot be created: {afile} is not a directory")
+    _one_error_line(capsys.readouterr().err, f"{PREFIX[command]}: error: --output {output} {reason}")
+    assert loads == [] and afile.read_text() == "not a folder\n"
+
+
+def test_the_speech_recipe_of_finetune_checks_its_output_too(loads, capsys, tmp_path, output_inputs):
+    (tmp_path / "afile").write_text("")
+    args = ["finetune", "--recipe", "speech-align", *output_inputs["finetune-speech"][1:]]
+    assert cli.main([*args, "--output", str(tmp_path / "afile")]) == 1
+    _one_error_line(capsys.readouterr().err,
+                    f"simulmt finetune-speech: error: --output {tmp_path / 'afile'} exists and is not a directory")
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_folder_is_refused_before_the_model_loads(loads, capsys, tmp_path, output_inputs):
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        assert cli.main([*output_inputs["evaluate"], "--output", str(folder / "runs")]) == 1
+        _one_error_line(capsys.readouterr().err,
+                        f"simulmt: error: --output {folder / 'runs'} cannot be created: {folder} is not writable")
+        assert cli.main([*output_inputs["finetune"], "--output", str(folder)]) == 1
+        _one_error_line(capsys.readouterr().err,
+                        f"simulmt finetune: error: --output {folder}: the directory is not writable")
+    finally:
+        folder.chmod(0o755)
+    assert loads == []
+
+
+def test_check_output_dir(tmp_path, monkeypatch):
+    from simulmt import output_dir
+    from simulmt.output_dir import check_output_dir
+
+    assert check_output_dir(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper"  # creatable
+    assert not (tmp_path / "new").exists()  # and nothing created
+    assert check_output_dir(tmp_path) == tmp_path  # an existing folder: what it holds is the command's business
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(cli.SimulmtError, match="is a broken symbolic link"):
+        check_output_dir(tmp_path / "dangling")
+    checked = []
+    monkeypatch.setattr(output_dir.os, "access", lambda path, mode: checked.append(path) or False)
+    with pytest.raises(cli.SimulmtError, match=f"^--output {tmp_path}: the directory is not writable$"):
+        check_output_dir(tmp_path)
+    with pytest.raises(cli.SimulmtError, match=f"^--dir {tmp_path / 'a' / 'b'} cannot be created: {tmp_path} is not "
+                                               f"writable$"):
+        check_output_dir(tmp_path / "a" / "b", "--dir")
+    assert checked == [tmp_path, tmp_path]
+
+
+def test_a_file_error_mid_run_is_one_line(loads, capsys, tmp_path, output_inputs, monkeypatch):
+    import errno
+
+    from simulmt.evaluation import command
+
+    def disk_full(translator, options):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "runs" / "instances.log"))
+
+    monkeypatch.setattr(command, "evaluate", disk_full)
+    assert cli.main([*output_inputs["evaluate"], "--output", str(tmp_path / "runs")]) == 1
+    _one_error_line(capsys.readouterr().err,
+                    f"simulmt: error: No space left on device: {tmp_path / 'runs' / 'instances.log'}")
+    assert len(loads) == 1
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from helpers import save_tiny_model
+
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+def _translate_process(model: Path, stdout) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "simulmt", "translate", "--model", str(model), "--adapter", "none",
+                             "--dtype", "float32"], stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.PIPE,
+                            cwd=ROOT)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_standard_output_on_a_full_disk_is_one_line(tiny_model_dir):
+    with open("/dev/full", "w") as full:
+        proc = _translate_process(tiny_model_dir, full)
+        _, err = proc.communicate(f"{SENTENCES[0]}\n".encode(), timeout=300)
+    assert proc.returncode == 1
+    lines = [line for line in err.decode().splitlines() if line.strip() and not line.startswith("Loading weights")]
+    _one_error_line("\n".join(lines), "simulmt: error: cannot write the output: No space left on device")
+
+
+def test_a_closed_pipe_ends_quietly(tiny_model_dir):
+    read, write = os.pipe()
+    proc = _translate_process(tiny_model_dir, write)
+    os.close(write)
+    os.close(read)  # nobody reads: the first line written is a broken pipe
+    _, err = proc.communicate("\n".join(SENTENCES * 50).encode() + b"\n", timeout=300)
+    text = err.decode()
+    assert proc.returncode == 1 and "Traceback" not in text and "Exception ignored" not in text, text
+    assert "error" not in text, text

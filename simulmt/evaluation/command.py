@@ -15,6 +15,7 @@ from simulmt.evaluation.options import EvaluateOptions, ScoreOptions
 from simulmt.evaluation.reports import PLOT, RESULTS_JSON, RESULTS_MD, print_table
 from simulmt.evaluation.run_dir import SCORES
 from simulmt.evaluation.testset import read_audio_test_set, read_test_set
+from simulmt.output_dir import check_output_dir
 
 if TYPE_CHECKING:
     from simulmt.translator import Translator
@@ -29,6 +30,11 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
             read_test_set(options.source, options.reference, options.lines, options.max_words)
     except SimulmtError as exc:
         parser.error(str(exc))
+    try:  # and where the runs go: a folder that cannot be written is refused now, not after the model loads
+        check_output_dir(options.output)
+    except SimulmtError as exc:
+        print(f"simulmt: error: {exc}", file=sys.stderr)
+        return 1
     try:
         if options.source_audio:
             from simulmt.speech.model import SpeechTranslator, default_speech_model

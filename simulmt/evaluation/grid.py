@@ -18,6 +18,7 @@ from simulmt.evaluation.run_dir import (CONFIG, LOG, SIMULEVAL_CONFIG, _Lock, _w
 from simulmt.evaluation.runs import RunResult, RunSpec
 from simulmt.evaluation.scores import score_run
 from simulmt.evaluation.testset import TestSet, read_audio_test_set, read_test_set
+from simulmt.output_dir import check_output_dir
 
 if TYPE_CHECKING:
     from simulmt.translator import Translator
@@ -32,9 +33,7 @@ def evaluate(translator: "Translator", options: EvaluateOptions, *, progress: bo
     offline last: the order of ``simulmt score``)."""
     test_set = (read_audio_test_set(options.source_audio, options.reference, options.lines) if options.source_audio
                 else read_test_set(options.source, options.reference, options.lines, options.max_words))
-    output = Path(options.output)
-    if output.exists() and not output.is_dir():
-        raise SimulmtError(f"--output {output} exists and is not a directory")
+    output = check_output_dir(options.output)
     specs = options.grid()
     configs = {spec: run_config(spec, translator.name, options, test_set, translator.dtype) for spec in specs}
     for spec in specs:  # every conflict is found before an hour of translation, not after

@@ -34,6 +34,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from simulmt import __version__
 from simulmt.errors import SimulmtError
+from simulmt.output_dir import check_output_dir
 from simulmt.core.examples import IGNORE
 from simulmt.finetune import data
 from simulmt.finetune.collator import SimulCollator
@@ -421,6 +422,8 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
 
     progress = sys.stderr.isatty() if progress is None else progress
     out = Path(options.output).expanduser()
+    if not options.dry_run:  # a folder that cannot be written is refused before the data and the model load
+        check_output_dir(out)
     resume_from = None if options.dry_run else _check_output(options, out)
 
     pair_stats = data.PairStats()
@@ -594,6 +597,12 @@ def run_finetune(options: FinetuneOptions, parser=None) -> int:
     import subprocess
 
     launched = "WORLD_SIZE" in os.environ
+    if not options.dry_run:  # once, before any process starts (finetune() checks it again: the Python API)
+        try:
+            check_output_dir(Path(options.output).expanduser())
+        except SimulmtError as exc:
+            print(f"simulmt finetune: error: {exc}", file=sys.stderr)
+            return 1
     if options.num_processes > 1 and not launched and not options.dry_run:
         command = launch_command(options)
         _say(f"starting {options.num_processes} processes: {' '.join(command[1:])}")

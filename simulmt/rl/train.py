@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from simulmt.errors import SimulmtError
+from simulmt.output_dir import check_output_dir
 from simulmt.finetune import data
 from simulmt.rl.grpo import grpo_loss
 from simulmt.rl.options import RLOptions
@@ -66,7 +67,7 @@ def train(options: RLOptions, *, translator=None, progress: bool | None = None) 
     from simulmt.translator import Translator
 
     progress = sys.stderr.isatty() if progress is None else progress
-    out = Path(options.output).expanduser()
+    out = check_output_dir(Path(options.output).expanduser())  # refused before the model loads
     checkpoint = out / "checkpoint"
     state = _check_output(options, out, checkpoint)
     model_name = options.model or DEFAULT_MODEL
