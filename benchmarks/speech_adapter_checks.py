@@ -103,6 +103,7 @@ def translate(run: Path, source: str, utterances: int = 200, batch_size: int = 1
 
     from simulmt.core.engine import Engine, run_ordered
     from simulmt.core.layouts import Interleaved
+    from simulmt.core.prompt_format import text_ids
     from simulmt.speech.ctc import CTCScorer
 
     if source not in ("text", "oracle", "best-path"):
@@ -124,10 +125,10 @@ def translate(run: Path, source: str, utterances: int = 200, batch_size: int = 1
 
     def units(item) -> list[torch.Tensor]:
         if source == "oracle":
-            return [rows(tokenizer(item.source, add_special_tokens=False)["input_ids"])]
+            return [rows(list(text_ids(tokenizer, item.source)))]
         with torch.no_grad():
             spelled = scorer.greedy(torch.cat([adapter(b) for b in item.blocks]))
-        return [rows(spelled or tokenizer(".", add_special_tokens=False)["input_ids"])]  # never an empty unit
+        return [rows(spelled or list(text_ids(tokenizer, ".")))]  # never an empty unit
 
     def streams():
         for item in held:

@@ -9,6 +9,9 @@ at the placeholders), and from plain-text markers otherwise::
 
 Pieces: ``prompt`` | source | ``target_opener`` | target | ``turn_end`` | ``user_header`` | source ...
 
+The markers are the only control tokens: source and target text is encoded with ``text_ids``, which spells a
+special token's string found in it (``<end_of_turn>``, ``<|im_end|>``, ...) with ordinary pieces.
+
 The interleaved layout (EASiST) uses the prompt and two marker tokens instead of the turn markers, when the tokenizer
 has them (``simulmt.core.markers.add_interleaved_markers``)::
 
@@ -21,9 +24,12 @@ it was added); without it the translation ends with ``<|end-of-write|>``, as eve
 
 from __future__ import annotations
 
+import sys
+import weakref
 from dataclasses import dataclass, replace
 
 from simulmt.errors import SimulmtError
+from simulmt.core.vocabulary import special_token_ids
 
 LANGUAGES = {
     "en": "English", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "nl": "Dutch",
@@ -64,7 +70,84 @@ END_OF_READ, END_OF_WRITE, END_OF_TRANSLATION = "<|end-of-read|>", "<|end-of-wri
 
 
 def _ids(tokenizer, text: str) -> tuple[int, ...]:
+    """Markup the prompt format itself writes (the chat template's turns, the instruction): special-token strings
+    in it are the special tokens. Never for text that comes from a speaker, a client or a corpus: ``text_ids``."""
     return tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def text_ids(tokenizer, text: str) -> tuple[int, ...]:
+    """Token ids of ``text`` as plain text: the source, target words, transcripts. A special token's string in it
+    (``<end_of_turn>``, ``<|im_end|>``, ``<eos>``, an interleaved marker) is spelled with ordinary pieces, never
+    encoded as the control token, so text cannot close the user turn or open a new one. Text without such
+    strings gets exactly the ids a plain encode gives (``split_special_tokens`` only skips special tokens;
+    ordinary added tokens such as Gemma's newline runs still apply).
+
+    Checked: a result holding a control id (``special_token_ids`` but ``<unk>``, which unknown characters become
+    in a tokenizer without byte fallback) comes from a tokenizer that ignores or refuses ``split_special_tokens``,
+    or from an added token that is markup but not flagged special; the text is then encoded without the
+    tokenizer's added tokens, with a warning (once per tokenizer), or refused with a ``SimulmtError`` where that
+    is impossible. (So the check cannot see a tokenizer ignoring the option match its unk string, e.g. SmolLM2's
+    ``<|endoftext|>``; ``split_special_tokens`` itself spells it out.)"""
+    try:
+        ids = tuple(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+        why = ("split_special_tokens=True did not keep them out (added tokens not flagged special, or a tokenizer "
+               "that ignores the option)")
+    except (TypeError, ValueError) as exc:  # e.g. MistralCommonBackend refuses split_special_tokens
+        ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
+        why = f"it does not support split_special_tokens ({exc})"
+    found = _controls_in(tokenizer, ids)
+    if not found:
+        return ids
+    plain = _without_added_tokens(tokenizer, text)
+    names = ", ".join(sorted({str(tokenizer.convert_ids_to_tokens(i)) for i in found}))
+    if plain is None or _controls_in(tokenizer, plain):
+        raise SimulmtError(f"the tokenizer ({type(tokenizer).__name__}) encodes the text {text!r} with control "
+                           f"tokens ({names}) and cannot encode it as plain text: {why}; remove them from the text")
+    if _first_warning(tokenizer):
+        print(f"simulmt: warning: the tokenizer ({type(tokenizer).__name__}) encoded control tokens ({names}) in "
+              f"source or target text: {why}; such text is encoded without the tokenizer's added tokens",
+              file=sys.stderr)
+    return plain
+
+
+_CONTROLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tokenizer -> (control ids, ids known)
+_WARNED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _first_warning(tokenizer) -> bool:
+    try:
+        if tokenizer in _WARNED:
+            return False
+        _WARNED[tokenizer] = True
+    except TypeError:  # not a weak key: warn every time
+        pass
+    return True
+
+
+def _controls_in(tokenizer, ids: tuple[int, ...]) -> set[int]:
+    """The control ids among ``ids``. The set is cached per tokenizer and computed again when an id beyond those
+    known when it was computed shows up (tokens added since, e.g. ``add_interleaved_markers``)."""
+    try:
+        cached = _CONTROLS.get(tokenizer)
+    except TypeError:  # a tokenizer that cannot be a weak key: no cache
+        return (special_token_ids(tokenizer) - {tokenizer.unk_token_id}).intersection(ids)
+    if cached is None or any(i >= cached[1] for i in ids):
+        controls = special_token_ids(tokenizer) - {tokenizer.unk_token_id}
+        cached = (controls, max([len(tokenizer), *[i + 1 for i in controls]]))
+        _CONTROLS[tokenizer] = cached
+    return cached[0].intersection(ids)
+
+
+def _without_added_tokens(tokenizer, text: str) -> tuple[int, ...] | None:
+    """``text`` through a fast tokenizer's normalizer, pre-tokenizer and model only: no added token, special or
+    not, is matched. None for a tokenizer without a ``tokenizers`` backend."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "model"):
+        return None
+    if backend.normalizer is not None:
+        text = backend.normalizer.normalize_str(text)
+    splits = [text] if backend.pre_tokenizer is None else [s for s, _ in backend.pre_tokenizer.pre_tokenize_str(text)]
+    return tuple(token.id for split in splits for token in backend.model.tokenize(split))
 
 
 def _instruction(source_lang: str, target_lang: str) -> str:
@@ -157,9 +240,9 @@ def _chat_format(tokenizer, src: str, tgt: str) -> PromptFormat:
 
 
 def source_units(tokenizer, fmt: PromptFormat, words: list[str], first_index: int = 0) -> list[tuple[int, ...]]:
-    """Token ids of each source word (``words`` start at word ``first_index`` of the sentence). Every word but
-    the sentence's first carries its leading space."""
-    return [_ids(tokenizer, (" " if (first_index + i > 0 or fmt.source_first_space) else "") + w)
+    """Token ids of each source word (``words`` start at word ``first_index`` of the sentence), plain text
+    (``text_ids``). Every word but the sentence's first carries its leading space."""
+    return [text_ids(tokenizer, (" " if (first_index + i > 0 or fmt.source_first_space) else "") + w)
             for i, w in enumerate(words)]
 
 
@@ -173,4 +256,5 @@ def newline_ids(tokenizer) -> frozenset[int]:
 
 
 def word_tokens(tokenizer, word: str, leading_space: bool) -> tuple[int, ...]:
-    return _ids(tokenizer, (" " if leading_space else "") + word)
+    """Token ids of a target word (plain text: ``text_ids``)."""
+    return text_ids(tokenizer, (" " if leading_space else "") + word)

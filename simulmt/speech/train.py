@@ -49,8 +49,9 @@ from simulmt.core.examples import IGNORE, build_examples, decision_points
 from simulmt.core.layouts import Interleaved
 from simulmt.core.learned_policy import HEAD_FILE, PolicyHead
 from simulmt.core.placed import embedded_units, embedding_row
-from simulmt.core.prompt_format import build_format, with_interleaved_markers
+from simulmt.core.prompt_format import build_format, text_ids, with_interleaved_markers
 from simulmt.errors import SimulmtError
+from simulmt.output_dir import check_output_dir
 from simulmt.finetune.oracle import correct_matrix, oracle_delays
 from simulmt.finetune.schedules import Schedule
 from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
@@ -156,7 +157,7 @@ def train_speech(options: SpeechTrainOptions, *, translator=None, encoder=None, 
     """Run one speech stage (see the module docstring); returns the card written to OUT/training.json.
     ``translator``/``encoder``/``extractor``: ready models instead of loading them (tests)."""
     progress = sys.stderr.isatty() if progress is None else progress
-    out = Path(options.output)
+    out = check_output_dir(options.output)  # refused before the models load
     final = out / "model"
     if final.exists() and not options.resume:
         raise SimulmtError(f"{out} already holds a trained speech model: choose another --output (or --resume)")
@@ -256,7 +257,7 @@ def _train_ctc(options, translator, adapter, top, train, held, progress):
     from simulmt.speech.ctc import CTCScorer, token_error_rate
 
     tokenizer = translator.tokenizer
-    ids = {item.id: tokenizer(item.source, add_special_tokens=False)["input_ids"] for item in [*train, *held]}
+    ids = {item.id: list(text_ids(tokenizer, item.source)) for item in [*train, *held]}
     vocab = sorted({t for item in train for t in ids[item.id]})
     with torch.no_grad():  # the rows as the LLM sees them (Gemma scales its embeddings)
         rows = translator.model.get_input_embeddings()(torch.tensor(vocab)).float()
@@ -299,7 +300,7 @@ def _transcript_check(translator, fmt, adapter, top, held: list[SpeechItem], bat
             yield stream
 
     written = [s.result().prediction for s in run_ordered(streams(), Engine(translator.runner), batch_size)]
-    ids = lambda text: translator.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    ids = lambda text: list(text_ids(translator.tokenizer, text))  # noqa: E731
     rate = token_error_rate([ids(item.source) for item in held], [ids(text) for text in written])
     return {"held_out_transcript_token_error_rate": round(rate, 4),
             "held_out_transcripts": [{"reference": item.source, "llm_writes": text}
