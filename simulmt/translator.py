@@ -100,6 +100,22 @@ class Translator:
         return Stream(self.tokenizer, fmt or self.fmt, layout, policy, self.vocabulary, config or DecodeConfig(),
                       sampler=sampler, record=record, model_name=self.name, max_positions=self.runner.max_positions)
 
+    def check_stream(self, layout: str = "expost", policy: str = "wait-k", **options) -> None:
+        """Fail now, saying why, if streams with these options cannot run on this model (the learned policy without
+        a head, the interleaved layout without its markers, a slot or phi past the model's positions), instead of
+        failing at every word later. ``options``: those of ``new_stream``."""
+        stream = self.new_stream(layout, policy, **options)
+        if self.runner.max_positions is None:
+            return
+        probe = stream.layout.start(stream.fmt)  # a one-word sentence, placed: its target opener and first word
+        stream.layout.read(probe, source_units(self.tokenizer, stream.fmt, ["a"])[0])
+        stream.layout.open_target(probe)
+        needed = probe.next_position + 1
+        if needed > self.runner.max_positions:
+            raise SimulmtError(f"{stream.layout.describe()} places a one-word sentence's first target word at "
+                               f"position {needed - 1}, beyond this model's {self.runner.max_positions} positions; "
+                               f"use a smaller slot / phi")
+
     def translate_many(self, sources: Iterable[str], layout: str | Layout = "expost",
                        policy: str | Policy = "wait-k", *, batch_size: int = 8,
                        samplers: Callable[[int], Sampler] | None = None, **kwargs) -> list[Translation]:

@@ -29,15 +29,19 @@ TALK = ["The weather is nice today.", "Where is the train station?", "My brother
 
 
 @contextmanager
-def running(max_streams: int = 20, token: str | None = None, idle_timeout: float = 20.0):
-    translator = tiny_translator("llama")
+def running(max_streams: int = 20, token: str | None = None, idle_timeout: float = 20.0, translator=None,
+            max_frame_bytes: int = 2048, **app_options):
+    """A server as ``simulmt serve`` runs it (frames over 4x ``max_frame_bytes`` closed by uvicorn), on a free
+    loopback port; ``app_options`` go to ``create_app``."""
+    translator = translator or tiny_translator("llama")
     hub = Hub(translator, max_streams=max_streams, max_words=64)
     hub.start()
-    app = create_app(hub, token=token, max_frame_bytes=2048, idle_timeout=idle_timeout)
+    app = create_app(hub, token=token, max_frame_bytes=max_frame_bytes, idle_timeout=idle_timeout, **app_options)
+    hub.app_state = app.state  # for tests that watch the intake's bounds
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_max_size=4 * max_frame_bytes))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.time() + 20

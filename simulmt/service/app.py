@@ -7,42 +7,67 @@ the hub (``hub.py``) owns it in a thread of its own and serves every client's st
 Routes:
 
 * ``WS /v1/stream?layout=expost&policy=wait-k&k=3``: one live stream (a talk). Query options have the names and
-  defaults of ``simulmt translate`` (``layout``, ``policy``, ``k``, ``n``, ``slot``, ``phi``, ``source_lang``,
-  ``target_lang``; the languages must be the server's) plus ``token``.
+  defaults of ``simulmt translate`` (``layout``, ``policy``, ``k``, ``n``, ``tau``, ``slot``, ``phi``,
+  ``source_lang``, ``target_lang``; the languages must be the server's) plus ``token``. They are checked against
+  the model at connect (the learned policy needs a head, the interleaved layout its markers, a slot / phi must fit
+  the model's positions): options that cannot work get an error message and a close with 1008.
   client -> server: ``{"type": "text", "text": "..."}`` (any piece of text: a trailing partial word waits for
   the next space), ``{"type": "boundary"}`` (the sentence is over), ``{"type": "end"}`` (the input is over).
   server -> client: ``{"type": "word", "text", "delay" (source words read, over the whole stream), "elapsed_ms"
   (since the stream opened), "sentence"}`` for every target word as it is written; ``{"type": "sentence",
   "index", "source", "translation", "delays"}`` when a sentence is complete; ``{"type": "error", "message"}`` for
   bad input (the stream goes on). After ``end``: the remaining words and sentences, then a normal close (1000).
-* ``GET /health``: ``{"status": "ok", "model", "dtype", "streams", "max_streams"}``.
-* ``GET /metrics``: Prometheus text format.
+* ``GET /health``: ``{"status": "ok", "model", "dtype", "streams", "max_streams"}`` (with a token set, a request
+  without it gets only ``status``).
+* ``GET /metrics``: Prometheus text format (with a token set: only with the token, ``Authorization: Bearer T``).
 * ``GET /``: the live-caption page (static HTML + JS, no build step).
 
 Shutting down (SIGTERM or Ctrl-C: ``drain()``): ``/health`` answers 503 ``{"status": "draining"}`` at once (a load
 balancer stops sending clients), new clients are closed with 1013, and every open stream gets an error message and
 a close with 1001 ("going away") and the reason, instead of a dropped connection; then the server exits.
 
+Who may connect (``guard.py``): the Host and Origin of every request are checked (a foreign web page cannot drive
+a loopback server), then the token; failed tokens are logged and rate-limited per address.
+
 Limits: a refused client (``--max-streams`` reached) is closed with 1013 and the reason; a bad token with 1008; a
-frame over ``max_frame_bytes``, invalid JSON, an unknown type or field get an error message; a client silent for
+frame over ``max_frame_bytes``, a binary frame, invalid JSON (too deep, a number too long), an unknown type or
+field, a word over the character or token bound get an error message and the stream goes on; a frame over 4x
+``max_frame_bytes`` is closed by the server (1009, "message too big") before it is read; a client silent for
 ``idle_timeout`` seconds before its ``end`` is closed (1000, "idle timeout"); a client that vanishes has its
-streams freed at once.
+streams and its waiting words freed at once. An unexpected failure is logged with its traceback and the client is
+closed with 1011 and a reason.
+
+Intake (back-pressure): the words a client sent wait in its intake until its sentences read them; while more than
+``max_backlog`` of its words wait (or more than ``max_backlog_total`` of all clients', and some of its own), its
+socket is not read, so TCP slows the client down and the server's memory stays bounded (a client's backlog is at
+most ``max_backlog`` words plus one frame). The hub takes at most ``overlap`` sentences of a client's words into the
+engine at a time, so a client that floods delays the others by a bounded amount (``benchmarks/serve_attack.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
-from dataclasses import dataclass, fields
+import logging
+import math
+from collections import deque
+from contextlib import suppress
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from simulmt.core.layouts import LAYOUTS
 from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
 from simulmt.errors import SimulmtError
+from simulmt.live_text import LiveText, Word
+from simulmt.service.guard import Access, FailedTokens, Guard, given_token, same_token
+from simulmt.service.hub import Backlog
+from simulmt.service.limits import MAX_BACKLOG, MAX_BUFFER_CHARS
 
+log = logging.getLogger("simulmt.serve")
 STATIC = Path(__file__).with_name("static")
+BACKLOG_POLL = 0.02  # seconds between looks at a paused client's backlog
+SLICE_CHARS = 4096  # text handed to the hub at a time: a frame's words enter the hub's intake in slices
 MESSAGE_FIELDS = {"text": {"type", "text"}, "boundary": {"type"}, "end": {"type"}}
 SHUTDOWN_REASON = "server shutting down: reconnect to continue"
 
@@ -55,6 +80,7 @@ class StreamOptions:
     policy: str = "wait-k"
     k: int = 3
     n: int = 3
+    tau: float = 0.5
     slot: int = 16
     phi: int = 256
     source_lang: str = "en"
@@ -74,7 +100,12 @@ class StreamOptions:
                 try:
                     values[name] = int(value)
                 except ValueError:
-                    raise SimulmtError(f"option {name} must be an integer, got {value!r}") from None
+                    raise SimulmtError(f"option {name} must be an integer, got {value[:40]!r}") from None
+            elif known[name] in ("float", float):
+                try:
+                    values[name] = float(value)
+                except ValueError:
+                    raise SimulmtError(f"option {name} must be a number, got {value[:40]!r}") from None
             else:
                 values[name] = value
         options = cls(**values)
@@ -85,6 +116,8 @@ class StreamOptions:
         for name in ("k", "n", "slot", "phi"):
             if getattr(options, name) < 1:
                 raise SimulmtError(f"option {name} must be at least 1, got {getattr(options, name)}")
+        if not (math.isfinite(options.tau) and 0.0 <= options.tau <= 1.0):
+            raise SimulmtError(f"option tau (the learned policy's threshold) must be in [0, 1], got {options.tau}")
         for side, served in (("source_lang", translator.source_lang), ("target_lang", translator.target_lang)):
             if language_name(getattr(options, side)) != language_name(served):
                 raise SimulmtError(f"this server translates {language_name(translator.source_lang)} into "
@@ -93,7 +126,8 @@ class StreamOptions:
         return options
 
     def session_kwargs(self) -> dict:
-        return dict(layout=self.layout, policy=self.policy, k=self.k, n=self.n, slot=self.slot, phi=self.phi)
+        return dict(layout=self.layout, policy=self.policy, k=self.k, n=self.n, tau=self.tau, slot=self.slot,
+                    phi=self.phi)
 
 
 def parse_message(text: str, max_bytes: int) -> dict:
@@ -104,7 +138,12 @@ def parse_message(text: str, max_bytes: int) -> dict:
         message = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SimulmtError(f"invalid JSON: {exc.msg} at character {exc.pos}") from None
-    if not isinstance(message, dict) or message.get("type") not in MESSAGE_FIELDS:
+    except RecursionError:
+        raise SimulmtError("invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise SimulmtError(f"invalid JSON: {exc}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str) \
+            or message["type"] not in MESSAGE_FIELDS:
         raise SimulmtError('a message is a JSON object with "type": "text", "boundary" or "end"')
     extra = sorted(set(message) - MESSAGE_FIELDS[message["type"]])
     if extra:
@@ -114,32 +153,92 @@ def parse_message(text: str, max_bytes: int) -> dict:
     return message
 
 
-def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, idle_timeout: float = 300.0):
+@dataclass
+class Intake:
+    """One client's text on the web side: messages read from its socket and not yet handed to the hub (``inbox``,
+    ``chars`` of text in all), split into words here by ``live`` a slice at a time, counted in ``backlog``."""
+
+    live: LiveText
+    inbox: deque = field(default_factory=deque)  # [kind, text, offset]: a message, and how far it was handed on
+    chars: int = 0
+    backlog: Backlog = field(default_factory=Backlog)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def put(self, kind: str, text: str) -> None:
+        self.inbox.append([kind, text, 0])
+        self.chars += len(text)
+        self.arrived.set()
+
+    def next_piece(self) -> tuple[list, str]:
+        """The actions of the next slice of text (at most ``SLICE_CHARS``), or of a whole boundary / end message."""
+        message = self.inbox[0]
+        kind, text, offset = message
+        if kind != "text":
+            self.inbox.popleft()
+            return (self.live.boundary() if kind == "boundary" else self.live.end()), kind
+        piece = text[offset:offset + SLICE_CHARS]
+        message[2] += len(piece)
+        if message[2] >= len(text):
+            self.inbox.popleft()
+        self.chars -= len(piece)
+        return self.live.feed(piece), kind
+
+
+def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, idle_timeout: float = 300.0,
+               access: Access | None = None, max_backlog: int = MAX_BACKLOG, max_buffer_chars: int = MAX_BUFFER_CHARS,
+               failed_tokens: FailedTokens | None = None):
+    """The ASGI app around ``hub``. ``access``: the Host / Origin rule (default: a loopback server's). Intake bounds:
+    ``max_backlog`` words of a client in the hub, ``max_buffer_chars`` characters of its text read ahead of them;
+    the server's bounds are these times the hub's ``max_streams``."""
     from starlette.applications import Starlette
     from starlette.responses import FileResponse, JSONResponse, PlainTextResponse
     from starlette.routing import Route, WebSocketRoute
     from starlette.websockets import WebSocket, WebSocketDisconnect
 
+    access = access or Access.for_server("127.0.0.1")
+    failed_tokens = failed_tokens or FailedTokens()
     draining = asyncio.Event()  # set by drain(): every stream closes with a reason, new ones are refused
     open_streams: set[int] = set()
+    intakes: dict[int, Intake] = {}  # client id -> what it sent and what is not taken yet
 
-    def authorised(scope_headers: dict, query: dict) -> bool:
-        if token is None:
-            return True
-        given = query.get("token") or scope_headers.get("authorization", "").removeprefix("Bearer ").strip()
-        return hmac.compare_digest(given.encode(), token.encode())
+    def authorised(headers, query) -> bool:
+        return token is None or same_token(given_token(dict(headers), dict(query)), token)
+
+    def hub_full(intake: Intake) -> bool:
+        """Hand no more of this client's words to the hub: its backlog there is full (or the server's, and it has
+        words waiting)."""
+        waiting = intake.backlog.waiting
+        return waiting >= max_backlog or (
+            waiting > 0 and sum(i.backlog.waiting for i in intakes.values()) >= max_backlog * hub.max_streams)
+
+    def buffer_full(intake: Intake) -> bool:
+        """Read no more of this client's socket (back-pressure): its read-ahead text is full (or the server's)."""
+        return intake.chars >= max_buffer_chars or (
+            intake.chars > 0 and sum(i.chars for i in intakes.values()) >= max_buffer_chars * hub.max_streams)
 
     async def stream(ws: WebSocket) -> None:
         query = dict(ws.query_params)
         await ws.accept()
-        if not authorised(dict(ws.headers), query):
-            await ws.close(code=1008, reason="a valid token is required (query token=... or a Bearer header)")
-            return
+        if token is not None:
+            peer = ws.client.host if ws.client else "?"
+            wait = failed_tokens.wait(peer)
+            if wait:
+                await ws.close(code=1008, reason=f"too many wrong tokens from this address; retry in {wait:.0f} s")
+                return
+            if not authorised(ws.headers, query):
+                failed_tokens.failed(peer)
+                await ws.close(code=1008, reason="a valid token is required (query token=... or a Bearer header)")
+                return
         try:
             options = StreamOptions.from_query(query, hub.translator)
+            await asyncio.wrap_future(hub.call(lambda: hub.translator.check_stream(**options.session_kwargs())))
         except SimulmtError as exc:
             await ws.send_json({"type": "error", "message": str(exc)})
             await ws.close(code=1008, reason="invalid options")
+            return
+        except Exception:
+            log.exception("checking a stream's options failed")
+            await ws.close(code=1011, reason="internal error (logged by the server)")
             return
         if draining.is_set():
             await ws.close(code=1013, reason=SHUTDOWN_REASON)
@@ -149,25 +248,49 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
             await ws.close(code=1013, reason=f"server busy: {hub.max_streams} streams (--max-streams) are open")
             return
         open_streams.add(client_id)
+        intake = intakes[client_id] = Intake(hub.live_text())
         loop = asyncio.get_running_loop()
         outbox: asyncio.Queue = asyncio.Queue()
-        hub.send("open", client_id, (options.session_kwargs(), lambda m: loop.call_soon_threadsafe(outbox.put_nowait, m)))
+        hub.send("open", client_id, (options.session_kwargs(),
+                                     lambda m: loop.call_soon_threadsafe(outbox.put_nowait, m), intake.backlog))
 
         async def forward() -> None:
+            with suppress(WebSocketDisconnect, OSError):  # the client is gone: nothing to tell it
+                while True:
+                    message = await outbox.get()
+                    if message["type"] == "end":
+                        await ws.close(code=1000)
+                        return
+                    await ws.send_json(message)
+
+        async def feed() -> None:
+            """The client's messages to the hub, in order, as fast as its sentences take its words."""
             while True:
-                message = await outbox.get()
-                if message["type"] == "end":
-                    await ws.close(code=1000)
+                while not intake.inbox:
+                    intake.arrived.clear()
+                    await intake.arrived.wait()
+                while hub_full(intake):
+                    await asyncio.sleep(BACKLOG_POLL)
+                actions, kind = intake.next_piece()
+                intake.backlog.sent += sum(isinstance(a, Word) for a in actions)
+                hub.send("words", client_id, actions)
+                if kind == "end":
+                    hub.send("end", client_id)
                     return
-                await ws.send_json(message)
 
         sender = asyncio.create_task(forward())
+        feeder = asyncio.create_task(feed())
         stopping = asyncio.create_task(draining.wait())
         try:
             while not sender.done():
-                receive = asyncio.create_task(ws.receive_text())
-                done, _ = await asyncio.wait({receive, sender, stopping}, timeout=idle_timeout,
+                while buffer_full(intake) and not (sender.done() or stopping.done()):  # back-pressure: not read
+                    await asyncio.sleep(BACKLOG_POLL)
+                receive = asyncio.create_task(ws.receive())
+                done, _ = await asyncio.wait({receive, sender, stopping, feeder}, timeout=idle_timeout,
                                              return_when=asyncio.FIRST_COMPLETED)
+                if feeder in done and feeder.exception() is not None:
+                    receive.cancel()
+                    raise feeder.exception()
                 if sender in done:
                     receive.cancel()
                     break
@@ -182,28 +305,48 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
                     await ws.send_json({"type": "error", "message": f"idle for {idle_timeout:g} s; closing"})
                     await ws.close(code=1000, reason="idle timeout")
                     break
+                frame = receive.result()
+                if frame["type"] == "websocket.disconnect":
+                    break
                 try:
-                    message = parse_message(receive.result(), max_frame_bytes)
+                    if frame.get("text") is None:
+                        raise SimulmtError("binary frames are not taken here: send JSON text frames")
+                    message = parse_message(frame["text"], max_frame_bytes)
                 except SimulmtError as exc:
                     await ws.send_json({"type": "error", "message": str(exc)})
                     continue
-                hub.send(message["type"], client_id, message.get("text"))
+                intake.put(message["type"], message.get("text", ""))
                 if message["type"] == "end":  # nothing more to read: wait for the last words, then close
-                    await sender
+                    await asyncio.wait({sender, stopping, feeder}, return_when=asyncio.FIRST_COMPLETED)
+                    if feeder.done() and feeder.exception() is None:
+                        await asyncio.wait({sender, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                    if feeder.done() and feeder.exception() is not None:
+                        raise feeder.exception()
+                    if stopping.done() and not sender.done():
+                        sender.cancel()
+                        await ws.send_json({"type": "error", "message": SHUTDOWN_REASON})
+                        await ws.close(code=1001, reason=SHUTDOWN_REASON)
                     break
-        except (WebSocketDisconnect, RuntimeError):
-            pass
+        except (WebSocketDisconnect, OSError):
+            pass  # the client went away (or its connection broke): its streams are freed below
+        except Exception:
+            log.exception("stream %d failed", client_id)
+            with suppress(Exception):
+                await ws.close(code=1011, reason="internal error (logged by the server)")
         finally:
             sender.cancel()
+            feeder.cancel()
             stopping.cancel()
             hub.release(client_id)
             open_streams.discard(client_id)
+            intakes.pop(client_id, None)
 
     async def health(request) -> JSONResponse:
-        return JSONResponse({"status": "draining" if draining.is_set() else "ok", "model": hub.translator.name,
-                             "dtype": hub.translator.dtype,
-                             "streams": hub.metrics.clients, "max_streams": hub.max_streams},
-                            status_code=503 if draining.is_set() else 200)
+        answer = {"status": "draining" if draining.is_set() else "ok"}
+        if authorised(request.headers, {}):  # with a token set, the rest only with it
+            answer |= {"model": hub.translator.name, "dtype": hub.translator.dtype, "streams": hub.metrics.clients,
+                       "max_streams": hub.max_streams}
+        return JSONResponse(answer, status_code=503 if draining.is_set() else 200)
 
     async def drain(timeout: float = 5.0) -> None:
         """Close every stream with 1001 and the reason, refuse new ones; return when all are closed (or after
@@ -214,6 +357,10 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
             await asyncio.sleep(0.02)
 
     async def metrics(request) -> PlainTextResponse:
+        if not authorised(request.headers, {}):
+            failed_tokens.failed(request.client.host if request.client else "?")
+            return PlainTextResponse("/metrics needs the token: Authorization: Bearer T\n", status_code=401,
+                                     headers={"www-authenticate": "Bearer"})
         m = hub.metrics
         lines = []
         for name, kind, value, text in (
@@ -228,6 +375,10 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
             ("simulmt_forward_seconds_total", "counter", m.forward_seconds_total, "time in engine rounds"),
             ("simulmt_queue_seconds_total", "counter", m.queue_seconds_total, "time commands waited"),
             ("simulmt_commands_total", "counter", m.commands_total, "commands applied"),
+            ("simulmt_backlog_words", "gauge", sum(i.backlog.waiting for i in intakes.values()),
+             "clients' words handed to the model's thread, not yet taken by their sentences"),
+            ("simulmt_buffered_chars", "gauge", sum(i.chars for i in intakes.values()),
+             "clients' text read from their sockets, not yet handed on"),
         ):
             lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {value}"]
         return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
@@ -238,4 +389,7 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
     app = Starlette(routes=[WebSocketRoute("/v1/stream", stream), Route("/health", health),
                             Route("/metrics", metrics), Route("/", page)])
     app.state.drain = drain
-    return app
+    app.state.intakes = intakes  # each client's text not yet taken (for /metrics, and tests that watch the bounds)
+    guarded = Guard(app, access, (STATIC / "index.html").read_text(encoding="utf-8"))
+    guarded.state = app.state  # the server's drain on SIGTERM finds it here
+    return guarded

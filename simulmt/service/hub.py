@@ -20,7 +20,14 @@ their stream-wide delays, as soon as every sentence before it is finished::
     sentence 1  read read write ... end of source -> write write write done
     sentence 2                                 read read write (held)  |-> sent -> write ...
 
-A client that goes away has its streams removed at once (their cache rows are freed).
+A client's words wait in its intake (``Client.pending``) and enter a sentence stream only when that sentence is
+among the ``overlap`` running ones: each round moves at most ``overlap`` sentences' words of a client into the
+engine, whatever the client sent, so one client flooding text cannot stall the others. ``Backlog`` counts the words
+a client sent and the words the hub took: while it is full the web side keeps the client's further text unsplit,
+and stops reading its socket when that is full too (back-pressure, ``app.py``). A word over ``max_word_tokens``
+tokens is dropped with an error.
+
+A client that goes away has its streams removed at once (their cache rows are freed) and its intake emptied.
 """
 
 from __future__ import annotations
@@ -29,23 +36,43 @@ import itertools
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from simulmt.core.engine import Engine
+from simulmt.core.prompt_format import word_tokens
 from simulmt.core.stream import Status, Stream
 from simulmt.errors import SimulmtError
-from simulmt.live_text import Boundary, LiveText, Word
+from simulmt.live_text import Boundary, LiveText, Rejected, Word
+from simulmt.service.limits import MAX_WORD_CHARS, MAX_WORD_TOKENS
 
 Sink = Callable[[dict], None]
+Action = Word | Boundary | Rejected
+
+
+@dataclass
+class Backlog:
+    """Words a client sent (counted by whoever splits its text) and words the hub took from its intake (into a
+    stream, or dropped): each count is written by one thread only, so either thread may read the difference."""
+
+    sent: int = 0
+    taken: int = 0
+
+    @property
+    def waiting(self) -> int:
+        return self.sent - self.taken
 
 
 @dataclass
 class Client:
     id: int
-    options: dict  # layout, policy, k, n, slot, phi
+    options: dict  # layout, policy, k, n, tau, slot, phi
     sink: Sink
     live: LiveText
+    backlog: Backlog = field(default_factory=Backlog)
+    pending: deque[Action] = field(default_factory=deque)  # the intake: taken as the running sentences allow
     t0: float = field(default_factory=time.perf_counter)
     sentences: list[Stream] = field(default_factory=list)  # not reported yet, in order; the first ``overlap`` run
     held: dict[int, list] = field(default_factory=dict)  # id(stream) -> words written while an earlier sentence ran
@@ -76,7 +103,8 @@ CROWDED_ROWS = 16
 
 
 class Hub:
-    def __init__(self, translator, max_streams: int = 16, max_words: int = 64, overlap: int = 2):
+    def __init__(self, translator, max_streams: int = 16, max_words: int = 64, overlap: int = 2,
+                 max_word_chars: int = MAX_WORD_CHARS, max_word_tokens: int = MAX_WORD_TOKENS):
         if overlap < 1:
             raise SimulmtError(f"overlap is the number of a client's sentences decoded at once: at least 1, got "
                                f"{overlap}")
@@ -84,6 +112,8 @@ class Hub:
         self.max_streams = max_streams
         self.max_words = max_words
         self.overlap = overlap
+        self.max_word_chars = max_word_chars
+        self.max_word_tokens = max_word_tokens
         # on a CPU, a shared forward of CROWDED_ROWS rows or more feeds no guesses (engine.py): the same words, fewer
         # rows computed (+9% target tokens/s at 16 full-speed streams, measured; evaluation does not do this, its
         # logs count tokens fed per sentence and must not depend on the batch)
@@ -125,8 +155,21 @@ class Hub:
             self._admitted -= 1
 
     def send(self, kind: str, client_id: int, payload=None) -> None:
-        """``open`` (payload: (options, sink)), ``text`` (payload: str), ``boundary``, ``end``, ``close``."""
+        """``open`` (payload: (options, sink) or (options, sink, backlog)), ``text`` (payload: str, split here),
+        ``words`` (payload: actions of a ``LiveText`` the caller keeps, their words counted in its ``Backlog``),
+        ``boundary``, ``end``, ``close``."""
         self._commands.put((kind, client_id, payload, time.perf_counter()))
+
+    def call(self, fn: Callable[[], object]) -> Future:
+        """Run ``fn`` on the hub's thread (which owns the model and the tokenizer) between rounds; its result or
+        exception comes back in the future."""
+        future: Future = Future()
+        self._commands.put(("call", None, (fn, future), time.perf_counter()))
+        return future
+
+    def live_text(self) -> LiveText:
+        """A ``LiveText`` with this hub's bounds, for a caller that splits a client's text itself (``words``)."""
+        return LiveText(self.max_words, self.max_word_chars)
 
     # ---- the hub's thread ----------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -150,9 +193,16 @@ class Hub:
         self.metrics.queue_seconds_total += time.perf_counter() - queued_at
         if kind == "stop":
             return
+        if kind == "call":
+            fn, future = payload
+            try:
+                future.set_result(fn())
+            except Exception as exc:  # handed to the caller, who raises it
+                future.set_exception(exc)
+            return
         if kind == "open":
-            options, sink = payload
-            self.clients[client_id] = Client(client_id, options, sink, LiveText(self.max_words))
+            options, sink, *backlog = payload
+            self.clients[client_id] = Client(client_id, options, sink, self.live_text(), *backlog)
             self.metrics.clients = len(self.clients)
             self.metrics.clients_total += 1
             return
@@ -163,35 +213,62 @@ class Hub:
             self._drop(client)
             return
         if client.ending:
+            if kind == "words":  # counted by the caller: taken, as nothing will be done with them
+                client.backlog.taken += sum(isinstance(a, Word) for a in payload)
             client.sink({"type": "error", "message": "the input has ended; no more text is taken"})
             return
-        if kind == "text":
+        if kind == "words":
+            actions = payload
+        elif kind == "text":
             actions = client.live.feed(payload)
+            client.backlog.sent += sum(isinstance(a, Word) for a in actions)
         elif kind == "boundary":
             actions = client.live.boundary()
+            client.backlog.sent += sum(isinstance(a, Word) for a in actions)
         else:  # end
             actions = client.live.end()
+            client.backlog.sent += sum(isinstance(a, Word) for a in actions)
             client.ending = True
-        for action in actions:
+        client.pending.extend(actions)
+        self._feed(client)
+
+    def _feed(self, client: Client) -> None:
+        """Take the client's pending words into its sentences while fewer than ``overlap`` sentences run (a word
+        that opens a new sentence waits for a place); finish the client once it ended and nothing is left."""
+        while client.pending:
+            action = client.pending[0]
+            opens = isinstance(action, Word) and (not client.sentences or client.sentences[-1].stream_finished)
+            if opens and len(client.sentences) >= self.overlap:
+                break
+            client.pending.popleft()
             try:
                 self._act(client, action)
             except SimulmtError as exc:
                 client.sink({"type": "error", "message": str(exc)})
-        if client.ending and not client.sentences:
+            finally:
+                client.backlog.taken += isinstance(action, Word)
+        if client.ending and not client.sentences and not client.pending and client.id in self.clients:
             self._finish(client)
 
-    def _act(self, client: Client, action: Word | Boundary) -> None:
+    def _act(self, client: Client, action: Action) -> None:
+        if isinstance(action, Rejected):
+            raise SimulmtError(action.reason)
         if isinstance(action, Boundary):
             if client.sentences and not client.sentences[-1].stream_finished:
                 client.sentences[-1].push([], finished=True)
             return
+        if len(action.text) * 4 > self.max_word_tokens:  # a character is at most 4 byte tokens: else it fits
+            tokens = len(word_tokens(self.translator.tokenizer, action.text, True))
+            if tokens > self.max_word_tokens:
+                raise SimulmtError(f"the word {action.text[:24]!r}... is {tokens} tokens, over the limit of "
+                                   f"{self.max_word_tokens}; dropped")
         self.metrics.words_in_total += 1
         if not client.sentences or client.sentences[-1].stream_finished:
             stream = self.translator.new_stream(**client.options)
             self.owner[id(stream)] = client
             client.sentences.append(stream)
-            if len(client.sentences) <= self.overlap:
-                self.engine.add(stream)
+            self.engine.add(stream)  # _feed opens a sentence only when fewer than ``overlap`` run
+            self._joined = True  # it has not been stepped yet: one more round
         client.sentences[-1].push([action.text])
 
     def _round(self) -> bool:
@@ -247,12 +324,7 @@ class Hub:
             if id(nxt) in client.finished or (nxt.done and not self._running(nxt)):  # done already (or empty)
                 self._sentence_done(client, nxt, client.finished.pop(id(nxt), None))
                 return
-            for waiting in client.sentences[: self.overlap]:  # never served yet (one that ended is in finished)
-                if not (self._running(waiting) or waiting.done or waiting.fed or id(waiting) in client.finished):
-                    self.engine.add(waiting)
-                    self._joined = True  # it has not been stepped yet: one more round
-        elif client.ending:
-            self._finish(client)
+        self._feed(client)  # a place is free: the next sentence's words (and the end, when all is done)
 
     def _running(self, stream: Stream) -> bool:
         return any(s is stream for s in self.engine.streams)
@@ -267,5 +339,7 @@ class Hub:
             if self._running(stream):
                 self.engine.remove(stream)  # its cache row is freed at once
         client.sentences, client.held, client.finished = [], {}, {}
+        client.backlog.taken += sum(isinstance(a, Word) for a in client.pending)
+        client.pending.clear()
         self.clients.pop(client.id, None)
         self.metrics.clients = len(self.clients)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from simulmt.errors import SimulmtError
+from simulmt.service.guard import TOKEN_ENV, is_loopback
 
 HEALTH_INTERVAL_MS = 500  # how often HAProxy checks each replica's /health
 RESTART_DELAY = 1.0  # seconds before a replica that exited is started again
@@ -86,12 +87,16 @@ backend replicas
 {singles}"""
 
 
-def prometheus_config(host: str, port: int, replica_ports: list[int]) -> str:
+def prometheus_config(host: str, port: int, replica_ports: list[int], token_file: Path | None = None) -> str:
     targets = ", ".join(f"'127.0.0.1:{p}'" for p in replica_ports)
+    authorization = f"""
+    authorization:
+      type: Bearer
+      credentials_file: {token_file}""" if token_file else ""
     return f"""# written by simulmt serve --replicas {len(replica_ports)}: every replica's /metrics, and the balancer's
 scrape_configs:
   - job_name: simulmt
-    scrape_interval: 5s
+    scrape_interval: 5s{authorization}
     static_configs:
       - targets: [{targets}]
   - job_name: simulmt-balancer
@@ -111,9 +116,14 @@ class Replica:
 
 
 def replica_command(options, port: int) -> list[str]:
-    """``simulmt serve`` for one replica: the supervisor's options, on loopback at ``port``, one replica."""
+    """``simulmt serve`` for one replica: the supervisor's options, on loopback at ``port``, one replica. The token
+    goes in the environment (``replica_environment``), never on a command line; the replica serves the Host names
+    the balancer's clients use (any, when the balancer is not on loopback and names none)."""
     command = [sys.executable, "-m", "simulmt", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    skip = {"host", "port", "replicas", "balancer_dir"}
+    skip = {"host", "port", "replicas", "balancer_dir", "token", "token_file", "allow_host"}
+    allow_host = options.allow_host or ("" if is_loopback(options.host) else "*")
+    if allow_host:
+        command += ["--allow-host", allow_host]
     for f in fields(options):
         value = getattr(options, f.name)
         if f.name in skip or value == f.default or value is None:
@@ -141,9 +151,13 @@ class Supervisor:
         self.replicas = [Replica(i, free_port()) for i in range(1, options.replicas + 1)]
         self.balancer: subprocess.Popen | None = None
         self.stopping = False
+        self.token = options.resolved_token()
 
     def start_replica(self, replica: Replica) -> None:
         env = dict(os.environ)
+        env.pop(TOKEN_ENV, None)
+        if self.token:
+            env[TOKEN_ENV] = self.token
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(self.replicas))))
         replica.process = subprocess.Popen(replica_command(self.options, replica.port), env=env)
         self.write_state()
@@ -162,7 +176,13 @@ class Supervisor:
         ports = [r.port for r in self.replicas]
         config = self.directory / "haproxy.cfg"
         config.write_text(haproxy_config(self.options.host, self.port, ports))
-        (self.directory / "prometheus.yml").write_text(prometheus_config(self.options.host, self.port, ports))
+        token_file = None
+        if self.token:  # Prometheus reads /metrics with it; only this user may read the file
+            token_file = self.directory / "token"
+            token_file.touch(mode=0o600)
+            token_file.write_text(self.token + "\n")
+        (self.directory / "prometheus.yml").write_text(prometheus_config(self.options.host, self.port, ports,
+                                                                         token_file))
         checked = subprocess.run([haproxy, "-c", "-q", "-f", str(config)], capture_output=True, text=True)
         if checked.returncode != 0:
             raise SimulmtError(f"HAProxy refused the configuration {config}: {checked.stderr.strip()}")

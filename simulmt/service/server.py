@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import ipaddress
+import logging
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from simulmt.errors import SimulmtError
+from simulmt.service.limits import MAX_BACKLOG, MAX_BUFFER_CHARS, MAX_WORD_CHARS, MAX_WORD_TOKENS
+from simulmt.service.guard import MIN_TOKEN_LENGTH, TOKEN_ENV, Access, is_loopback, read_token
 from simulmt.option_fields import adapter_field, device_field, dtype_field, language_field, model_field
 from simulmt.core.prompt_format import language_name
 
@@ -19,21 +22,40 @@ DESCRIPTION = ("Serve simultaneous translation over WebSockets (/v1/stream), wit
 @dataclass(frozen=True)
 class ServeOptions:
     host: str = field(default="127.0.0.1", metadata={
-        "help": "address to bind; anything but loopback needs --token"})
+        "help": "address to bind; anything but loopback needs a token (--token-file or $SIMULMT_TOKEN)"})
     port: int = field(default=8000, metadata={"help": "port (0: any free port)"})
     model: str | None = model_field()
     adapter: str = adapter_field()
     source_lang: str = language_field("en", "source")
     target_lang: str = language_field("de", "target")
     max_streams: int = field(default=16, metadata={"help": "concurrent streams; the next client is refused"})
+    token_file: str | None = field(default=None, metadata={
+        "help": "a file holding the token clients must give (query token=... or 'Authorization: Bearer ...'); "
+                f"or set ${TOKEN_ENV}; at least {MIN_TOKEN_LENGTH} characters", "metavar": "FILE"})
     token: str | None = field(default=None, metadata={
-        "help": "clients must give it (query token=... or 'Authorization: Bearer ...')", "metavar": "T"})
+        "help": "the token itself (visible to other users in ps: prefer --token-file or $" + TOKEN_ENV + ")",
+        "metavar": "T"})
+    allow_origin: str = field(default="", metadata={
+        "help": "web origins allowed besides the server's own pages, comma-separated "
+                "(e.g. https://captions.example.org)", "metavar": "ORIGINS"})
+    allow_host: str = field(default="", metadata={
+        "help": "Host names served besides loopback names (a loopback server refuses others: DNS rebinding), "
+                "comma-separated; * for any", "metavar": "NAMES"})
     max_words: int = field(default=64, metadata={"help": "a sentence is cut after this many source words"})
     overlap: int = field(default=2, metadata={
         "help": "a client's sentences decoded at once: the next starts while the previous writes its last words "
                 "(words are still sent in order); 1: one after the other"})
     idle_timeout: float = field(default=300.0, metadata={"help": "close a client silent for this many seconds"})
     max_frame_bytes: int = field(default=65536, metadata={"help": "largest client frame"})
+    max_backlog: int = field(default=MAX_BACKLOG, metadata={
+        "help": "words of a client handed to the model's thread and waiting there; more wait unsplit"})
+    max_buffer_chars: int = field(default=MAX_BUFFER_CHARS, metadata={
+        "help": "characters of a client's text read ahead of its translation; past it its socket is not read "
+                "(back-pressure). The server's bounds: these times --max-streams"})
+    max_word_chars: int = field(default=MAX_WORD_CHARS, metadata={
+        "help": "longest source word in characters; a longer one is dropped with an error"})
+    max_word_tokens: int = field(default=MAX_WORD_TOKENS, metadata={
+        "help": "longest source word in tokens; a longer one is dropped with an error"})
     device: str | None = device_field()
     dtype: str = dtype_field("auto")
     replicas: int = field(default=1, metadata={
@@ -44,27 +66,29 @@ class ServeOptions:
                 "temporary directory)", "metavar": "DIR"})
 
     def __post_init__(self):
-        for name in ("max_streams", "max_words", "overlap", "max_frame_bytes", "replicas"):
+        for name in ("max_streams", "max_words", "overlap", "max_frame_bytes", "replicas", "max_backlog",
+                     "max_buffer_chars", "max_word_chars", "max_word_tokens"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
             raise SimulmtError(f"--port must be in 0..65535, got {self.port}")
-        if self.idle_timeout <= 0:
-            raise SimulmtError(f"--idle-timeout must be positive, got {self.idle_timeout}")
-        if not is_loopback(self.host) and not self.token:
-            raise SimulmtError(f"binding {self.host} (not loopback) needs --token: anyone who can reach it could "
-                               f"use the model")
+        if not (math.isfinite(self.idle_timeout) and self.idle_timeout > 0):
+            raise SimulmtError(f"--idle-timeout must be a positive number of seconds, got {self.idle_timeout}")
+        if self.token is not None and self.token_file is not None:
+            raise SimulmtError("give the token once: --token-file or --token, not both")
+        token = self.resolved_token()  # read and checked (length, white space) whatever the host
+        if not is_loopback(self.host) and not token:
+            raise SimulmtError(f"binding {self.host} (not loopback) needs a token (--token-file FILE or "
+                               f"${TOKEN_ENV}): anyone who can reach it could use the model")
+        self.access()  # --allow-origin / --allow-host are checked here
         language_name(self.source_lang)
         language_name(self.target_lang)
 
+    def resolved_token(self) -> str | None:
+        return read_token(self.token, self.token_file)
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    def access(self) -> Access:
+        return Access.for_server(self.host, self.allow_host, self.allow_origin)
 
 
 def run(options: ServeOptions, parser, load_translator: Callable) -> int:
@@ -73,6 +97,15 @@ def run(options: ServeOptions, parser, load_translator: Callable) -> int:
     from simulmt.service.app import create_app
     from simulmt.service.hub import Hub
 
+    logging.basicConfig(level=logging.WARNING, format="simulmt serve: %(message)s")  # refusals, failures
+    try:
+        token = options.resolved_token()  # checked at parse time; read again here, the file may have changed
+    except SimulmtError as exc:
+        print(f"simulmt: error: {exc}", file=sys.stderr)
+        return 1
+    if options.token is not None:
+        print(f"simulmt serve: warning: a token on the command line is visible to other users (ps); prefer "
+              f"--token-file FILE or ${TOKEN_ENV}", file=sys.stderr, flush=True)
     if options.replicas > 1:
         from simulmt.service.replicas import run_replicas
 
@@ -83,10 +116,12 @@ def run(options: ServeOptions, parser, load_translator: Callable) -> int:
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
-    hub = Hub(translator, max_streams=options.max_streams, max_words=options.max_words, overlap=options.overlap)
+    hub = Hub(translator, max_streams=options.max_streams, max_words=options.max_words, overlap=options.overlap,
+              max_word_chars=options.max_word_chars, max_word_tokens=options.max_word_tokens)
     hub.start()
-    app = create_app(hub, token=options.token, max_frame_bytes=options.max_frame_bytes,
-                     idle_timeout=options.idle_timeout)
+    app = create_app(hub, token=token, max_frame_bytes=options.max_frame_bytes, idle_timeout=options.idle_timeout,
+                     access=options.access(), max_backlog=options.max_backlog,
+                     max_buffer_chars=options.max_buffer_chars)
     print(f"simulmt serve: {translator.name} on http://{options.host}:{options.port}/ "
           f"(WebSocket /v1/stream, max {options.max_streams} streams)", file=sys.stderr, flush=True)
     server = graceful_server_class()(uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
