@@ -6,7 +6,7 @@ attacker runs beside it:
 
 * flood-8k / flood-40k: text at 8,000 / 40,000 words per second, in 64 KB frames, for as long as the talk lasts;
 * burst-200k: 200,000 words sent as fast as the socket takes them, once;
-* long-word: a 5,000,000-character word without a space, in 64 KB frames.
+* long-word: a 5,000,000-character word without a space, in 64 KB frames, then a space that completes it.
 
 Per scenario: the words the attacker got the server to take (the good client gives up after --deadline s) (back-pressure slows it down), the good client's lag
 p50 / p95 and their ratio to running alone, the server's largest resident memory growth over its size before the
@@ -114,6 +114,7 @@ async def attacker(url: str, kind: str, sent: list[int], stop: asyncio.Event) ->
                 while chars < 5_000_000 and not stop.is_set():
                     await ws.send(json.dumps({"type": "text", "text": "x" * FRAME_BYTES}))
                     chars += FRAME_BYTES
+                await ws.send(json.dumps({"type": "text", "text": " end "}))  # the word is complete: tokenized?
                 sent[0] = chars  # characters, not words
                 await stop.wait()
         finally:

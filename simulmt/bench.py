@@ -95,7 +95,8 @@ class BenchOptions:
                 "per audio second and LLM ms per target token, streaming vs offline (--policy wait-k,learned; "
                 "--speech-model)", "metavar": "WAV|LIST"})
     speech_model: str | None = field(default=None, metadata={
-        "help": "with --audio: a speech model folder (default: the shipped one)", "metavar": "DIR"})
+        "help": "with --audio: an end-to-end speech model folder (EASiST) instead of the Whisper recogniser "
+                "feeding the text model (the default; its layout: the first of --layouts)", "metavar": "DIR"})
     tau: float = field(default=0.5, metadata={"help": "with --audio and --policy learned: the policy's threshold"})
     taus: str | None = field(default=None, metadata={
         "help": "with --audio and --policy learned: several thresholds, comma-separated, replacing --tau (one "
@@ -601,7 +602,7 @@ def _run_speech(options: BenchOptions) -> int:
 
     from simulmt.core.policies import make_policy
     from simulmt.speech import bench as speech_bench
-    from simulmt.speech.model import SpeechTranslator, default_speech_model
+    from simulmt.speech.loading import load_speech
 
     if not _output_ok(options):
         return 1
@@ -612,13 +613,19 @@ def _run_speech(options: BenchOptions) -> int:
         from simulmt.speech.translate_audio import read_audio
 
         clips = [(str(f), read_audio(str(f))) for f in files]
-        folder = options.speech_model or default_speech_model()
-        speech = SpeechTranslator.load(folder, device=options.device, dtype=options.dtype)
+        speech, defaults = load_speech(options.speech_model, model=options.model, adapter=options.adapter,
+                                       source_lang=options.source_lang, target_lang=options.target_lang,
+                                       device=options.device, dtype=options.dtype)
+        end_to_end = options.speech_model is not None
+        layout = defaults["layout"] if end_to_end else options.layout_names[0]
+        if end_to_end and options.layouts != DEFAULT_LAYOUTS and options.layout_names != (layout,):
+            raise SimulmtError(f"--speech-model {options.speech_model} runs the layout it was trained for "
+                               f"({layout}); give no other --layouts")
         configurations = []
         for name in options.policy_names:
             if name == "learned":
                 if speech.translator.policy_head is None:
-                    raise SimulmtError(f"{folder} has no policy head: --policy learned needs one")
+                    raise SimulmtError(f"{speech.name} has no policy head: --policy learned needs one")
                 configurations += [(f"learned tau={tau}", make_policy("learned", tau=tau,
                                                                        head=speech.translator.policy_head), {})
                                    for tau in options.tau_values]
@@ -627,12 +634,14 @@ def _run_speech(options: BenchOptions) -> int:
         print(f"simulmt bench: {len(clips)} utterances x {1 + len(configurations)} configurations (+ offline "
               f"replays) on {speech.name}, {torch.get_num_threads()} threads", file=sys.stderr, flush=True)
         with tqdm(total=len(clips), unit="utterance", file=sys.stderr, dynamic_ncols=True) as bar:
-            bench = speech_bench.speech_benchmark(speech, clips, configurations, progress=bar.update)
+            bench = speech_bench.speech_benchmark(speech, clips, configurations, progress=bar.update, layout=layout,
+                                                  replay=end_to_end)
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
-    bench["settings"] = {"model": speech.name, "speech_model": str(folder), "dtype": speech.translator.dtype,
-                         "threads": torch.get_num_threads(), "block_ms": speech.config.block_ms,
+    bench["settings"] = {"model": speech.name, "speech_model": options.speech_model or "whisper cascade",
+                         "layout": layout, "dtype": speech.translator.dtype,
+                         "threads": torch.get_num_threads(), "block_ms": speech.piece_ms,
                          "device": speech.translator.runner.device_label, "torch": torch.__version__.split("+")[0],
                          "simulmt": __version__}
     speech_bench.print_report(bench, sys.stdout)

@@ -31,7 +31,7 @@ from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS
 from simulmt.models import DEFAULT_MODEL
 from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, k_field, language_field,
-                                    model_field, n_field, phi_field, slot_field, tau_field)
+                                    model_field, n_field, phi_field, slot_field)
 from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
 from simulmt.segment import DEFAULT_MAX_WORDS, merge_translations, split_sentences
@@ -50,13 +50,17 @@ class TranslateOptions:
         "positional": True, "metavar": "FILE"})
     model: str | None = model_field()
     adapter: str = adapter_field()
-    layout: str = field(default="expost", metadata={
-        "help": "how source and target tokens are placed in the model's context", "choices": tuple(LAYOUTS)})
-    policy: str = field(default="wait-k", metadata={
-        "help": "when to read the next source word and when to write a target word", "choices": tuple(POLICIES)})
+    layout: str | None = field(default=None, metadata={
+        "help": "how source and target tokens are placed in the model's context (default: expost; with "
+                "--speech-model, the layout that model was trained for)", "choices": tuple(LAYOUTS)})
+    policy: str | None = field(default=None, metadata={
+        "help": "when to read the next source word and when to write a target word (default: wait-k; with "
+                "--speech-model, the model's own)", "choices": tuple(POLICIES)})
     k: int = k_field()
     n: int = n_field()
-    tau: float = tau_field()
+    tau: float | None = field(default=None, metadata={
+        "help": "learned: write once the policy head's p(WRITE) reaches tau (0..1; default 0.5; with "
+                "--speech-model, the model's own)"})
     slot: int = slot_field()
     phi: int = phi_field()
     source_lang: str = language_field("en", "source")
@@ -67,33 +71,44 @@ class TranslateOptions:
     jsonl: bool = field(default=False, metadata={
         "help": "write one JSON object per input line (prediction, delays, timings, compute counts)"})
     audio: str | None = field(default=None, metadata={
-        "help": "translate this 16 kHz mono WAV file instead of text, as it plays (with --speech-model, or the "
-                "shipped speech model)",
+        "help": "translate this 16 kHz mono WAV file instead of text, as it plays: a streaming Whisper recogniser "
+                "(--asr-model) feeds its confirmed words to the text model (or --speech-model)",
         "metavar": "WAV"})
+    asr_model: str = field(default="tiny.en", metadata={
+        "help": "with --audio: the recogniser, a packaged Whisper (tiny.en; base, multilingual: pip install "
+                "'simulmt[speech-base]') or a CTranslate2 Whisper folder", "metavar": "NAME|DIR"})
+    asr_step_ms: int = field(default=1000, metadata={
+        "help": "with --audio: the recogniser transcribes its buffer again after this much new audio "
+                "(LocalAgreement-2 confirms a word after two transcripts agree)", "metavar": "MS"})
     speech_model: str | None = field(default=None, metadata={
-        "help": "with --audio: a speech model folder (simulmt finetune-speech's DIR/model): encoder, speech adapter, "
-                "LLM (default: the shipped gemma-3-270m En->De one)",
-        "metavar": "DIR"})
+        "help": "with --audio: an end-to-end speech model folder instead of the recogniser (EASiST, a research "
+                "path: simulmt finetune-speech's DIR/model, e.g. the shipped "
+                "simulmt/speech/models/gemma-3-270m-easist-en-de); its card's layout, policy and tau are the "
+                "defaults", "metavar": "DIR"})
     batch_size: int = batch_size_field()
     device: str | None = device_field()
     dtype: str = dtype_field("auto")
 
     def __post_init__(self):
-        if self.layout not in LAYOUTS:
+        if self.layout is not None and self.layout not in LAYOUTS:
             raise SimulmtError(f"unknown layout {self.layout!r}; choose one of: {', '.join(LAYOUTS)}")
-        if self.policy not in POLICIES:
+        if self.policy is not None and self.policy not in POLICIES:
             raise SimulmtError(f"unknown policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
-        for name in ("k", "n", "slot", "phi", "max_words", "batch_size"):
+        for name in ("k", "n", "slot", "phi", "max_words", "batch_size", "asr_step_ms"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if not 0.0 <= self.tau <= 1.0:
+        if self.tau is not None and not 0.0 <= self.tau <= 1.0:
             raise SimulmtError(f"--tau must be within 0..1, got {self.tau}")
         language_name(self.source_lang)  # raises SimulmtError with the list of known languages
         language_name(self.target_lang)
 
-    def session_kwargs(self) -> dict:
-        return dict(layout=self.layout, policy=self.policy, k=self.k, n=self.n, tau=self.tau, slot=self.slot,
-                    phi=self.phi)
+    def session_kwargs(self, defaults: dict | None = None) -> dict:
+        """The stream's options; what was not given comes from ``defaults`` (a speech model's card), else the text
+        defaults (expost, wait-k, tau 0.5)."""
+        defaults = {"layout": "expost", "policy": "wait-k", "tau": 0.5, **(defaults or {})}
+        given = {"layout": self.layout, "policy": self.policy, "tau": self.tau}
+        chosen = {name: defaults[name] if value is None else value for name, value in given.items()}
+        return dict(**chosen, k=self.k, n=self.n, slot=self.slot, phi=self.phi)
 
 
 @dataclass(frozen=True)
@@ -103,10 +118,13 @@ class DemoOptions:
     k: int = k_field()
     audio: bool = field(default=False, metadata={
         "help": "speech instead of text: sentences spoken by espeak-ng (or the shipped sample) stream into the "
-                "speech model (--speech-model, or the shipped one)"})
+                "Whisper recogniser, whose confirmed words the text model translates (or --speech-model)"})
+    asr_model: str = field(default="tiny.en", metadata={
+        "help": "with --audio: the recogniser (a packaged Whisper: tiny.en, base; or a CTranslate2 folder)",
+        "metavar": "NAME|DIR"})
     speech_model: str | None = field(default=None, metadata={
-        "help": "with --audio: a speech model folder (simulmt finetune-speech's DIR/model; default: the shipped one)",
-        "metavar": "DIR"})
+        "help": "with --audio: an end-to-end speech model folder instead (EASiST: simulmt finetune-speech's "
+                "DIR/model)", "metavar": "DIR"})
     dtype: str = dtype_field("auto")
 
     def __post_init__(self):
@@ -355,14 +373,19 @@ def _run_translate(options: TranslateOptions, parser: argparse.ArgumentParser) -
 
 def _run_speech_demo(options: DemoOptions) -> int:
     from simulmt.speech.demo import run_speech_demo
-    from simulmt.speech.model import SpeechTranslator, default_speech_model
+    from simulmt.speech.loading import load_speech
 
     try:
-        folder = options.speech_model or default_speech_model()
-        print(f"simulmt demo: loading the speech model {folder} ...", flush=True)
-        speech = SpeechTranslator.load(folder, dtype=options.dtype)
-        policy = "learned" if speech.translator.policy_head is not None else "wait-k"
-        return run_speech_demo(speech, policy=policy, k=options.k)
+        what = options.speech_model or f"the Whisper {options.asr_model} recogniser + the text model"
+        print(f"simulmt demo: loading {what} ...", flush=True)
+        speech, defaults = load_speech(options.speech_model, model=options.model, adapter=options.adapter,
+                                       asr_model=options.asr_model, dtype=options.dtype)
+        layout = defaults.get("layout", "expost")
+        policy = defaults.get("policy", "wait-k")
+        if policy == "learned" and speech.translator.policy_head is None:
+            raise SimulmtError(f"{options.speech_model}: its card names the learned policy but it has no policy "
+                               f"head")
+        return run_speech_demo(speech, layout=layout, policy=policy, k=options.k, tau=defaults.get("tau", 0.5))
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
@@ -373,15 +396,19 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
         parser.error("--speech-model DIR translates speech: give the WAV file with --audio")
     if options.input != "-":
         parser.error("--audio translates a WAV file: give no text input file with it")
+    if options.speech_model is not None and (options.model is not None or options.adapter != "auto"):
+        parser.error("--speech-model DIR carries its own LLM and adapter: give no --model / --adapter with it")
 
-    from simulmt.speech.model import SpeechTranslator, default_speech_model
+    from simulmt.speech.loading import load_speech
     from simulmt.speech.translate_audio import read_audio, translate_audio
 
     try:
         read_audio(options.audio)  # a bad file fails before the model loads
-        speech = SpeechTranslator.load(options.speech_model or default_speech_model(), device=options.device,
-                                       dtype=options.dtype)
-        return translate_audio(speech, options.audio, options.session_kwargs(), options.jsonl)
+        speech, defaults = load_speech(options.speech_model, model=options.model, adapter=options.adapter,
+                                       asr_model=options.asr_model, asr_step_ms=options.asr_step_ms,
+                                       source_lang=options.source_lang, target_lang=options.target_lang,
+                                       max_words=options.max_words, device=options.device, dtype=options.dtype)
+        return translate_audio(speech, options.audio, options.session_kwargs(defaults), options.jsonl)
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1

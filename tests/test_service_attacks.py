@@ -191,7 +191,7 @@ def test_every_malformed_message_is_answered_and_the_stream_goes_on():
             for frame, message in (('{"type": ["text"]}', '"type": "text"'), ('{"type": {"a": 1}}', '"type"'),
                                    ('{"type": "text", "text": ' + "9" * 5000 + "}", "invalid JSON"),
                                    ("[" * 990 + "]" * 990, "invalid JSON: nested too deeply"),
-                                   (b"\x00\x01binary", "binary frames are not taken"),
+                                   (b"\x00\x01binary", "takes no audio"),
                                    ('{"type": null}', '"type"'), ("[]", '"type"'), ('"text"', '"type"')):
                 ws.send(frame)
                 reply = json.loads(ws.recv(timeout=30))

@@ -14,7 +14,7 @@ import torch
 from transformers import WhisperConfig, WhisperFeatureExtractor
 from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
-from helpers import tiny_interleaved_translator
+from helpers import tiny_translator, tiny_interleaved_translator
 from simulmt.core.engine import Engine, run_batched
 from simulmt.core.policies import WaitK
 from simulmt.errors import SimulmtError
@@ -178,14 +178,31 @@ def test_the_speech_demo(tmp_path, monkeypatch, capsys):
                         classmethod(lambda cls, folder, **kw: loaded.append(folder) or sp))
     assert cli.main(["demo", "--audio", "--speech-model", str(tmp_path), "--k", "2"]) == 0
     shown = capsys.readouterr().out
-    assert "READ  audio up to" in shown and "WRITE" in shown and "ms of encoder per audio second" in shown
-    monkeypatch.setattr(speech_model, "SHIPPED_SPEECH_MODEL", tmp_path / "missing")
-    assert cli.main(["demo", "--audio"]) == 1
-    assert "pass --speech-model DIR" in capsys.readouterr().err
-    monkeypatch.setattr(speech_model, "SHIPPED_SPEECH_MODEL", tmp_path)  # a folder with a speech.json: "shipped"
-    (tmp_path / speech_model.SPEECH_FILE).write_text("{}")
-    assert cli.main(["demo", "--audio"]) == 0
-    assert loaded[-1] == tmp_path
+    assert "READ  audio up to" in shown and "WRITE" in shown and "ms of recogniser/encoder per audio second" in shown
+    assert loaded == [str(tmp_path)]
+
+
+def test_the_speech_demo_defaults_to_the_recogniser_feeding_the_text_model(monkeypatch, capsys):
+    """``simulmt demo --audio`` without a speech model: the Whisper recogniser's confirmed words (HEARD) are
+    translated by the text model with the text defaults (expost)."""
+    from simulmt import cli
+    from simulmt.speech.cascade import CascadeTranslator
+    from simulmt.speech.local_agreement import TimedWord
+    from simulmt.speech.recognizer import RecognizerOptions
+
+    class Words:  # hears "a man" in every second of audio
+        options = RecognizerOptions(step_ms=500, trim_ms=4000, max_buffer_ms=8000)
+
+        def transcribe(self, audio, prompt=""):
+            return [TimedWord(w, 1000 * i, 1000 * i + 500, ends_segment=True)
+                    for i in range(len(audio) // 16000) for w in ("a", "man")]
+
+    made = []
+    monkeypatch.setattr(CascadeTranslator, "load", classmethod(
+        lambda cls, *a, **kw: made.append(kw) or cls(tiny_translator("llama"), Words(), Words.options)))
+    assert cli.main(["demo", "--audio", "--k", "2"]) == 0
+    shown = capsys.readouterr().out
+    assert made and "HEARD a man" in shown and "WRITE" in shown and "expost" in shown
 
 
 def test_the_simuleval_speech_agent_gives_what_the_session_gives():

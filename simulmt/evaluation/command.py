@@ -37,10 +37,12 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
         return 1
     try:
         if options.source_audio:
-            from simulmt.speech.model import SpeechTranslator, default_speech_model
+            from simulmt.speech.loading import load_speech
 
-            translator = SpeechTranslator.load(options.speech_model or default_speech_model(), device=options.device,
-                                               dtype=options.dtype)
+            translator, _ = load_speech(options.speech_model, model=options.model, adapter=options.adapter,
+                                        asr_model=options.asr_model, asr_step_ms=options.asr_step_ms,
+                                        source_lang=options.source_lang, target_lang=options.target_lang,
+                                        max_words=options.max_words, device=options.device, dtype=options.dtype)
         else:
             translator = load_translator(model=options.model, adapter=options.adapter,
                                          source_lang=options.source_lang, target_lang=options.target_lang,

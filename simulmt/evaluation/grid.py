@@ -35,7 +35,9 @@ def evaluate(translator: "Translator", options: EvaluateOptions, *, progress: bo
                 else read_test_set(options.source, options.reference, options.lines, options.max_words))
     output = check_output_dir(options.output)
     specs = options.grid()
-    configs = {spec: run_config(spec, translator.name, options, test_set, translator.dtype) for spec in specs}
+    decides = getattr(translator, "learned_decides", None)  # a speech translator's
+    configs = {spec: run_config(spec, translator.name, options, test_set, translator.dtype, decides)
+               for spec in specs}
     for spec in specs:  # every conflict is found before an hour of translation, not after
         if (output / spec.name).is_dir():
             check_run_dir(output / spec.name, configs[spec])

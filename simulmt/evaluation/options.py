@@ -24,10 +24,18 @@ class EvaluateOptions:
         "help": "source text, one sentence per line (required, unless --source-audio)", "metavar": "FILE"})
     source_audio: str | None = field(default=None, metadata={
         "help": "speech input instead of text: a file listing 16 kHz mono WAV files, one per line (relative to the "
-                "list), line-aligned with --reference; with --speech-model (default: the shipped one). Delays and "
-                "latencies are then in ms of audio, and *_CA adds the compute time", "metavar": "LIST"})
+                "list), line-aligned with --reference; heard by a streaming Whisper recogniser (--asr-model) that "
+                "feeds the text model, or by --speech-model. Delays and latencies are then in ms of audio, and "
+                "*_CA adds the compute time (the recogniser's included)", "metavar": "LIST"})
+    asr_model: str = field(default="tiny.en", metadata={
+        "help": "with --source-audio: the recogniser (a packaged Whisper: tiny.en, base; or a CTranslate2 folder)",
+        "metavar": "NAME|DIR"})
+    asr_step_ms: int = field(default=1000, metadata={
+        "help": "with --source-audio: the recogniser transcribes again after this much new audio", "metavar": "MS"})
     speech_model: str | None = field(default=None, metadata={
-        "help": "with --source-audio: a speech model folder (simulmt finetune-speech's DIR/model)", "metavar": "DIR"})
+        "help": "with --source-audio: an end-to-end speech model folder instead of the recogniser (EASiST: "
+                "simulmt finetune-speech's DIR/model); its card's layout, policy and tau are the grid's defaults",
+        "metavar": "DIR"})
     reference: str | None = field(default=None, metadata={
         "help": "reference translations, line-aligned with --source (required)", "metavar": "FILE"})
     output: str | None = field(default=None, metadata={
@@ -35,15 +43,17 @@ class EvaluateOptions:
                 "rerunning into it continues unfinished runs", "metavar": "DIR"})
     model: str | None = model_field()
     adapter: str = adapter_field()
-    layouts: str = field(default="expost,prefix", metadata={
-        "help": f"comma-separated layouts ({', '.join(LAYOUTS)})", "metavar": "LIST"})
-    policies: str = field(default="wait-k", metadata={
-        "help": f"comma-separated policies ({', '.join(GRID_POLICIES)})", "metavar": "LIST"})
+    layouts: str | None = field(default=None, metadata={
+        "help": f"comma-separated layouts ({', '.join(LAYOUTS)}; default: expost,prefix; with --speech-model, the "
+                f"model's own)", "metavar": "LIST"})
+    policies: str | None = field(default=None, metadata={
+        "help": f"comma-separated policies ({', '.join(GRID_POLICIES)}; default: wait-k; with --speech-model, the "
+                f"model's own)", "metavar": "LIST"})
     ks: str = field(default="1,3,5", metadata={"help": "wait-k: comma-separated k values", "metavar": "LIST"})
     ns: str = field(default="3,5", metadata={"help": "read-n: comma-separated n values", "metavar": "LIST"})
-    taus: str = field(default="0.3,0.5,0.7", metadata={
-        "help": "learned: comma-separated thresholds tau of the policy head (the adapter's policy_head.safetensors)",
-        "metavar": "LIST"})
+    taus: str | None = field(default=None, metadata={
+        "help": "learned: comma-separated thresholds tau of the policy head (the adapter's policy_head.safetensors; "
+                "default: 0.3,0.5,0.7; with --speech-model, the model's own)", "metavar": "LIST"})
     slot: int = slot_field()
     phi: int = phi_field()
     no_offline: bool = field(default=False, metadata={
@@ -72,6 +82,10 @@ class EvaluateOptions:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if bool(self.source) == bool(self.source_audio):
             raise SimulmtError("give exactly one of --source (text) and --source-audio (a list of WAV files)")
+        if self.speech_model is not None and (self.model is not None or self.adapter != "auto"):
+            raise SimulmtError("--speech-model DIR carries its own LLM and adapter: give no --model / --adapter")
+        if self.asr_step_ms < 1:
+            raise SimulmtError(f"--asr-step-ms must be at least 1, got {self.asr_step_ms}")
         for name in ("reference", "output"):
             if not getattr(self, name):
                 raise SimulmtError(f"--{name} is required")
@@ -91,9 +105,22 @@ class EvaluateOptions:
         """ms per source unit of the delays: speech delays are already in ms; text assumes ``ms_per_word``."""
         return 1.0 if self.source_audio else self.ms_per_word
 
+    def defaults(self) -> dict[str, str]:
+        """The grid's defaults: a speech model's card's (--speech-model), else the text ones."""
+        if self.speech_model is None:
+            return {"layouts": "expost,prefix", "policies": "wait-k", "taus": "0.3,0.5,0.7"}
+        from simulmt.speech.model import read_card
+
+        card = read_card(self.speech_model)
+        return {"layouts": card.layout, "policies": card.policy, "taus": str(card.tau)}
+
+    def _given(self, name: str) -> str:
+        value = getattr(self, name)
+        return self.defaults()[name] if value is None else value
+
     @property
     def layout_names(self) -> tuple[str, ...]:
-        names = _name_list(self.layouts, "layouts")
+        names = _name_list(self._given("layouts"), "layouts")
         unknown = [n for n in names if n not in LAYOUTS]
         if unknown:
             raise SimulmtError(f"--layouts: unknown layout(s) {', '.join(unknown)}; choose from: {', '.join(LAYOUTS)}")
@@ -101,7 +128,7 @@ class EvaluateOptions:
 
     @property
     def policy_names(self) -> tuple[str, ...]:
-        names = _name_list(self.policies, "policies")
+        names = _name_list(self._given("policies"), "policies")
         if "offline" in names:
             raise SimulmtError("--policies: offline is not a grid policy; the offline run is made once, with the "
                                "expost layout, unless --no-offline")
@@ -134,12 +161,13 @@ class EvaluateOptions:
 
     @property
     def tau_values(self) -> tuple[float, ...]:
+        taus = self._given("taus")
         try:
-            values = tuple(float(v) for v in self.taus.split(",") if v.strip())
+            values = tuple(float(v) for v in taus.split(",") if v.strip())
         except ValueError:
-            raise SimulmtError(f"--taus takes comma-separated numbers within 0..1, got {self.taus!r}") from None
+            raise SimulmtError(f"--taus takes comma-separated numbers within 0..1, got {taus!r}") from None
         if not values or any(not 0.0 <= v <= 1.0 for v in values):
-            raise SimulmtError(f"--taus takes comma-separated numbers within 0..1, got {self.taus!r}")
+            raise SimulmtError(f"--taus takes comma-separated numbers within 0..1, got {taus!r}")
         return values
 
     def values_of(self, policy: str) -> tuple:

@@ -30,8 +30,9 @@ TIMING_KEYS = ("elapsed", "wall_ms")  # the only fields of an instance that depe
 
 
 def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: TestSet,
-               dtype: str | None = None) -> dict:
-    """A run's config.json; ``dtype``: what the model computes with (``translator.dtype``; default: the option)."""
+               dtype: str | None = None, learned_decides: str | None = None) -> dict:
+    """A run's config.json; ``dtype``: what the model computes with (``translator.dtype``; default: the option);
+    ``learned_decides``: when a speech translator's learned policy decides (its ``learned_decides``)."""
     from simulmt import __version__
 
     return {"run": spec.name, "model": model, "adapter": options.adapter, "dtype": dtype or options.dtype,
@@ -40,18 +41,12 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
             "source": str(test_set.source_path), "reference": str(test_set.reference_path),
             "source_sha256": test_set.source_sha256, "reference_sha256": test_set.reference_sha256,
             "lines": len(test_set.sources), "ms_per_word": options.unit_ms, "batch_size": options.batch_size,
-            **({"source_type": "speech", "speech_model": options.speech_model or "shipped"} if options.source_audio
-               else {}),
-            **({"learned_decides": _speech_decisions()} if options.source_audio and spec.policy == "learned" else {}),
+            **({"source_type": "speech", "speech_model": options.speech_model or f"whisper {options.asr_model} "
+                f"(step {options.asr_step_ms} ms, LocalAgreement-2)"} if options.source_audio else {}),
+            **({"learned_decides": learned_decides or "once per block"}
+               if options.source_audio and spec.policy == "learned" else {}),
             # one engine per run computes the prompt once (prompt_cache.py): text runs, and batched speech runs
             **({"shared_prompt": True} if not options.source_audio or options.batch_size > 1 else {})}
-
-
-def _speech_decisions() -> str:
-    """When a speech run's learned policy decides (a run directory of the other kind is not resumed)."""
-    from simulmt.speech.model import SpeechTranslator
-
-    return "once per block" if SpeechTranslator.decide_per_block else "after every word"
 
 
 def _write_json(path: Path, data) -> None:

@@ -12,7 +12,10 @@ Routes:
   the model at connect (the learned policy needs a head, the interleaved layout its markers, a slot / phi must fit
   the model's positions): options that cannot work get an error message and a close with 1008.
   client -> server: ``{"type": "text", "text": "..."}`` (any piece of text: a trailing partial word waits for
-  the next space), ``{"type": "boundary"}`` (the sentence is over), ``{"type": "end"}`` (the input is over).
+  the next space), ``{"type": "boundary"}`` (the sentence is over), ``{"type": "end"}`` (the input is over); or
+  audio: binary frames of 16-bit little-endian mono PCM at ``audio_rate`` Hz (query option, default 16000), heard
+  by a streaming recogniser of the client's own (``audio.py``), whose confirmed words come back as ``{"type":
+  "heard", "text", "audio_ms"}`` and are translated as text would be.
   server -> client: ``{"type": "word", "text", "delay" (source words read, over the whole stream), "elapsed_ms"
   (since the stream opened), "sentence"}`` for every target word as it is written; ``{"type": "sentence",
   "index", "source", "translation", "delays"}`` when a sentence is complete; ``{"type": "error", "message"}`` for
@@ -51,6 +54,7 @@ import json
 import logging
 import math
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -60,6 +64,7 @@ from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
 from simulmt.errors import SimulmtError
 from simulmt.live_text import LiveText, Word
+from simulmt.service.audio import AudioIntake
 from simulmt.service.guard import Access, FailedTokens, Guard, given_token, same_token
 from simulmt.service.hub import Backlog
 from simulmt.service.limits import MAX_BACKLOG, MAX_BUFFER_CHARS
@@ -85,6 +90,7 @@ class StreamOptions:
     phi: int = 256
     source_lang: str = "en"
     target_lang: str = "de"
+    audio_rate: int = 16000  # the sample rate of the client's binary audio frames (resampled to 16 kHz)
 
     @classmethod
     def from_query(cls, query: dict[str, str], translator) -> "StreamOptions":
@@ -116,6 +122,8 @@ class StreamOptions:
         for name in ("k", "n", "slot", "phi"):
             if getattr(options, name) < 1:
                 raise SimulmtError(f"option {name} must be at least 1, got {getattr(options, name)}")
+        if not 8000 <= options.audio_rate <= 192000:
+            raise SimulmtError(f"option audio_rate must be within 8000..192000 Hz, got {options.audio_rate}")
         if not (math.isfinite(options.tau) and 0.0 <= options.tau <= 1.0):
             raise SimulmtError(f"option tau (the learned policy's threshold) must be in [0, 1], got {options.tau}")
         for side, served in (("source_lang", translator.source_lang), ("target_lang", translator.target_lang)):
@@ -186,10 +194,12 @@ class Intake:
 
 def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, idle_timeout: float = 300.0,
                access: Access | None = None, max_backlog: int = MAX_BACKLOG, max_buffer_chars: int = MAX_BUFFER_CHARS,
-               failed_tokens: FailedTokens | None = None):
+               failed_tokens: FailedTokens | None = None, asr=None, asr_workers: int = 2):
     """The ASGI app around ``hub``. ``access``: the Host / Origin rule (default: a loopback server's). Intake bounds:
     ``max_backlog`` words of a client in the hub, ``max_buffer_chars`` characters of its text read ahead of them;
-    the server's bounds are these times the hub's ``max_streams``."""
+    the server's bounds are these times the hub's ``max_streams``. ``asr``: a loaded recogniser model
+    (``simulmt.speech.recognizer.Whisper``) for clients that send audio, run in ``asr_workers`` threads (None:
+    audio is refused with a message)."""
     from starlette.applications import Starlette
     from starlette.responses import FileResponse, JSONResponse, PlainTextResponse
     from starlette.routing import Route, WebSocketRoute
@@ -197,6 +207,7 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
 
     access = access or Access.for_server("127.0.0.1")
     failed_tokens = failed_tokens or FailedTokens()
+    asr_pool = ThreadPoolExecutor(asr_workers, thread_name_prefix="simulmt-asr") if asr is not None else None
     draining = asyncio.Event()  # set by drain(): every stream closes with a reason, new ones are refused
     open_streams: set[int] = set()
     intakes: dict[int, Intake] = {}  # client id -> what it sent and what is not taken yet
@@ -278,19 +289,39 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
                     hub.send("end", client_id)
                     return
 
+        audio: AudioIntake | None = None
+        audio_task: asyncio.Task | None = None
+
+        def start_audio() -> AudioIntake:
+            nonlocal audio_task
+            if asr is None:
+                raise SimulmtError("this server takes no audio (started without a recogniser: --asr-model)")
+
+            def heard(words) -> None:  # on the event loop: back to the client, and into its text intake
+                for word in words:
+                    outbox.put_nowait({"type": "heard", "text": word.text, "audio_ms": round(word.confirmed_ms)})
+                intake.put("text", "".join(w.text + " " for w in words))
+
+            started = AudioIntake(asr, options.audio_rate, asr_pool, heard, lambda: intake.put("end", ""))
+            audio_task = asyncio.create_task(started.run())
+            return started
+
         sender = asyncio.create_task(forward())
         feeder = asyncio.create_task(feed())
         stopping = asyncio.create_task(draining.wait())
         try:
             while not sender.done():
-                while buffer_full(intake) and not (sender.done() or stopping.done()):  # back-pressure: not read
+                while (buffer_full(intake) or (audio is not None and audio.full)) and not (
+                        sender.done() or stopping.done()):  # back-pressure: the socket is not read
                     await asyncio.sleep(BACKLOG_POLL)
                 receive = asyncio.create_task(ws.receive())
-                done, _ = await asyncio.wait({receive, sender, stopping, feeder}, timeout=idle_timeout,
+                helpers = {feeder} | ({audio_task} if audio_task else set())
+                done, _ = await asyncio.wait({receive, sender, stopping, *helpers}, timeout=idle_timeout,
                                              return_when=asyncio.FIRST_COMPLETED)
-                if feeder in done and feeder.exception() is not None:
+                failed = [h for h in helpers if h in done and h.exception() is not None]
+                if failed:
                     receive.cancel()
-                    raise feeder.exception()
+                    raise failed[0].exception()
                 if sender in done:
                     receive.cancel()
                     break
@@ -309,19 +340,29 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
                 if frame["type"] == "websocket.disconnect":
                     break
                 try:
-                    if frame.get("text") is None:
-                        raise SimulmtError("binary frames are not taken here: send JSON text frames")
+                    if frame.get("bytes") is not None:  # audio: 16-bit mono PCM
+                        if len(frame["bytes"]) > max_frame_bytes:
+                            raise SimulmtError(f"frame over {max_frame_bytes} bytes; send audio in smaller pieces")
+                        if audio is None:
+                            audio = start_audio()
+                        audio.put(frame["bytes"])
+                        continue
                     message = parse_message(frame["text"], max_frame_bytes)
                 except SimulmtError as exc:
                     await ws.send_json({"type": "error", "message": str(exc)})
                     continue
-                intake.put(message["type"], message.get("text", ""))
+                if message["type"] == "end" and audio is not None:
+                    audio.end()  # the recogniser's last words first; it ends the input then
+                else:
+                    intake.put(message["type"], message.get("text", ""))
                 if message["type"] == "end":  # nothing more to read: wait for the last words, then close
-                    await asyncio.wait({sender, stopping, feeder}, return_when=asyncio.FIRST_COMPLETED)
-                    if feeder.done() and feeder.exception() is None:
-                        await asyncio.wait({sender, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                    if feeder.done() and feeder.exception() is not None:
-                        raise feeder.exception()
+                    helpers = {feeder} | ({audio_task} if audio_task else set())
+                    while not (sender.done() or stopping.done()):
+                        await asyncio.wait({sender, stopping, *(h for h in helpers if not h.done())},
+                                           return_when=asyncio.FIRST_COMPLETED)
+                        failed = [h for h in helpers if h.done() and h.exception() is not None]
+                        if failed:
+                            raise failed[0].exception()
                     if stopping.done() and not sender.done():
                         sender.cancel()
                         await ws.send_json({"type": "error", "message": SHUTDOWN_REASON})
@@ -337,6 +378,8 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
             sender.cancel()
             feeder.cancel()
             stopping.cancel()
+            if audio_task is not None:
+                audio_task.cancel()
             hub.release(client_id)
             open_streams.discard(client_id)
             intakes.pop(client_id, None)

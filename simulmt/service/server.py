@@ -56,6 +56,10 @@ class ServeOptions:
         "help": "longest source word in characters; a longer one is dropped with an error"})
     max_word_tokens: int = field(default=MAX_WORD_TOKENS, metadata={
         "help": "longest source word in tokens; a longer one is dropped with an error"})
+    asr_model: str = field(default="tiny.en", metadata={
+        "help": "the recogniser for clients that send audio (binary frames): a packaged Whisper (tiny.en; base) "
+                "or a CTranslate2 folder; none: text only", "metavar": "NAME|DIR|none"})
+    asr_workers: int = field(default=2, metadata={"help": "threads that run recognisers (audio clients share them)"})
     device: str | None = device_field()
     dtype: str = dtype_field("auto")
     replicas: int = field(default=1, metadata={
@@ -67,7 +71,7 @@ class ServeOptions:
 
     def __post_init__(self):
         for name in ("max_streams", "max_words", "overlap", "max_frame_bytes", "replicas", "max_backlog",
-                     "max_buffer_chars", "max_word_chars", "max_word_tokens"):
+                     "max_buffer_chars", "max_word_chars", "max_word_tokens", "asr_workers"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
@@ -116,12 +120,25 @@ def run(options: ServeOptions, parser, load_translator: Callable) -> int:
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
+    asr = None
+    if options.asr_model != "none":
+        from simulmt.speech.loading import language_code
+        from simulmt.speech.recognizer import RecognizerOptions, Whisper
+
+        try:
+            asr = Whisper(RecognizerOptions(model=options.asr_model, language=language_code(options.source_lang)),
+                          device="cuda" if translator.runner.device.type == "cuda" else "cpu")
+        except SimulmtError as exc:
+            if options.asr_model != "tiny.en":  # asked for: it must work
+                print(f"simulmt: error: {exc}", file=sys.stderr)
+                return 1
+            print(f"simulmt serve: audio is off ({exc}); text is served", file=sys.stderr, flush=True)
     hub = Hub(translator, max_streams=options.max_streams, max_words=options.max_words, overlap=options.overlap,
               max_word_chars=options.max_word_chars, max_word_tokens=options.max_word_tokens)
     hub.start()
     app = create_app(hub, token=token, max_frame_bytes=options.max_frame_bytes, idle_timeout=options.idle_timeout,
                      access=options.access(), max_backlog=options.max_backlog,
-                     max_buffer_chars=options.max_buffer_chars)
+                     max_buffer_chars=options.max_buffer_chars, asr=asr, asr_workers=options.asr_workers)
     print(f"simulmt serve: {translator.name} on http://{options.host}:{options.port}/ "
           f"(WebSocket /v1/stream, max {options.max_streams} streams)", file=sys.stderr, flush=True)
     server = graceful_server_class()(uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",

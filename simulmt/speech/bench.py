@@ -80,9 +80,10 @@ class SpeechConfigurationResult:
 
 
 def measure(speech, audio: np.ndarray, layout: str, policy, **session_kwargs) -> tuple[SpeechRun, object]:
-    """Translate one utterance fed block by block, timed; returns the run and its session (for a replay)."""
+    """Translate one utterance fed piece by piece (a block, or a recogniser step), timed; returns the run and its
+    session (for a replay)."""
     session = speech.session(layout, policy, **session_kwargs)
-    step = int(16 * speech.config.block_ms)
+    step = int(16 * speech.piece_ms)
     start = time.perf_counter()
     for offset in range(0, len(audio), step):
         for _ in session.push_audio(audio[offset:offset + step]):
@@ -93,7 +94,7 @@ def measure(speech, audio: np.ndarray, layout: str, policy, **session_kwargs) ->
     result = session.result()
     if result.error:
         raise SimulmtError(result.error)
-    tokens = sum(1 for t in session.text.state.tokens if t.role is Role.TARGET)
+    tokens = session.target_tokens()
     return SpeechRun(result.duration_ms, round(wall, 3), result.encoder_ms + result.adapter_ms, tokens,
                      result.prediction, result.forward_calls), session
 
@@ -110,21 +111,25 @@ def replay_offline(speech, audio: np.ndarray, streamed) -> SpeechRun:
 
 
 def speech_benchmark(speech, clips: list[tuple[str, np.ndarray]], configurations: list[tuple[str, object, dict]],
-                     progress: Callable[[int], None] | None = None) -> dict:
-    """``configurations``: (name, policy, session kwargs) to stream; offline is always measured first. Returns
-    {"settings", "utterances", "results": {name: summary}} (totals over the same utterances)."""
+                     progress: Callable[[int], None] | None = None, layout: str = "interleaved",
+                     replay: bool = True) -> dict:
+    """``configurations``: (name, policy, session kwargs) to stream in ``layout``; offline is always measured first.
+    ``replay``: also replay each output through offline decoding (an end-to-end speech model; the recogniser
+    cascade's sentences are not replayed). Returns {"settings", "utterances", "results": {name: summary}} (totals
+    over the same utterances)."""
     if not clips:
         raise SimulmtError("no audio to benchmark")
-    measure(speech, min((c for _, c in clips), key=len), "interleaved", Offline())  # warm-up
+    measure(speech, min((c for _, c in clips), key=len), layout, Offline())  # warm-up
     results = [SpeechConfigurationResult("offline")] + [SpeechConfigurationResult(name) for name, _, _ in configurations]
     for _, audio in clips:
-        offline, _ = measure(speech, audio, "interleaved", Offline())
+        offline, _ = measure(speech, audio, layout, Offline())
         results[0].runs.append(offline)
         results[0].same_output.append(offline)
-        streamed = [measure(speech, audio, "interleaved", policy, **kwargs) for _, policy, kwargs in configurations]
+        streamed = [measure(speech, audio, layout, policy, **kwargs) for _, policy, kwargs in configurations]
         for result, (run, session) in zip(results[1:], streamed):
             result.runs.append(run)
-            result.same_output.append(replay_offline(speech, audio, session))
+            if replay:
+                result.same_output.append(replay_offline(speech, audio, session))
         if progress is not None:
             progress(1)
     return {"utterances": [{"name": name, "audio_ms": round(len(a) / 16, 1)} for name, a in clips],
@@ -135,8 +140,8 @@ def speech_benchmark(speech, clips: list[tuple[str, np.ndarray]], configurations
 def print_report(bench: dict, out: TextIO) -> None:
     settings = bench["settings"]
     print(f"{len(bench['utterances'])} utterances, {next(iter(bench['results'].values()))['audio_s']:.1f} s of audio; "
-          f"{settings['model']}, {settings['dtype']}, {settings['threads']} threads, blocks {settings['block_ms']} ms",
-          file=out)
+          f"{settings['model']}, {settings['dtype']}, {settings['threads']} threads, pieces of "
+          f"{settings['block_ms']} ms", file=out)
     print("| configuration | RTF | encoder+adapter ms / audio s | LLM ms / target token | LLM forwards / target "
           "token | vs offline, same output: LLM | all compute |", file=out)
     print("|---|---:|---:|---:|---:|---:|---:|", file=out)

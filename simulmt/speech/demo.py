@@ -1,8 +1,8 @@
-"""``simulmt demo --audio --speech-model DIR``: speech arrives block by block, words appear as they are written.
+"""``simulmt demo --audio [--speech-model DIR]``: speech arrives piece by piece, words appear as they are written.
 
 The audio is a few sentences spoken by espeak-ng when it is installed (simulmt.speech.synth), else the short
-sample the package ships. Each READ shows the block taken in (its audio time), and for a model that reads the words
-its CTC head spells, HEARD the words that block completed; each WRITE the word and the audio time it was written at;
+sample the package ships. Each READ shows the piece taken in (its audio time), HEARD the words the recogniser
+confirmed (or, for an end-to-end model that reads the words its CTC head spells, the words that block completed); each WRITE the word and the audio time it was written at;
 a summary gives the compute per second of audio.
 """
 
@@ -30,28 +30,29 @@ def demo_audio() -> list[tuple[str, np.ndarray]]:
     return [("A man is riding a bike in the park. (shipped sample)", read_wav(SAMPLE)[0])]
 
 
-def run_speech_demo(speech, *, policy: str = "wait-k", k: int = 3, tau: float = 0.5,
+def run_speech_demo(speech, *, layout: str = "interleaved", policy: str = "wait-k", k: int = 3, tau: float = 0.5,
                     out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    said = f"wait-{k} in {speech.unit}" if policy == "wait-k" else f"learned, tau {tau}"
-    print(f"speech model: {speech.name}; blocks of {speech.config.block_ms} ms; policy {said}\n", file=out)
+    said = f"wait-{k} in {speech.unit}" if policy == "wait-k" else f"{policy}, tau {tau}"
+    print(f"speech: {speech.name}; pieces of {speech.piece_ms:.0f} ms; {layout}, {said}\n", file=out)
     for text, audio in demo_audio():
         print(f"[audio] {text}  ({len(audio) / 16000:.2f} s)", file=out)
-        session = speech.session("interleaved", policy, k=k, tau=tau)
-        step = 16 * speech.config.block_ms
+        session = speech.session(layout, policy, k=k, tau=tau)
+        step = int(16 * speech.piece_ms)
         pieces = [audio[i:i + step] for i in range(0, len(audio), step)]
         heard = 0
         for i, piece in enumerate(pieces):
             words = list(session.push_audio(piece))
-            if i == len(pieces) - 1:  # the end of the audio: the last (shorter) block and the last words
+            if i == len(pieces) - 1:  # the end of the audio: the last (shorter) piece and the last words
                 words += list(session.finish())
-            print(f"  READ  audio up to {min((i + 1) * speech.config.block_ms, len(audio) / 16):6.0f} ms", file=out)
-            if speech.unit == "words" and len(session.text.source_words) > heard:  # what the CTC head spelled
-                print(f"  HEARD {' '.join(session.text.source_words[heard:])}", file=out)
-                heard = len(session.text.source_words)
+            print(f"  READ  audio up to {min((i + 1) * speech.piece_ms, len(audio) / 16):6.0f} ms", file=out)
+            if len(session.heard_words()) > heard:  # what the recogniser confirmed (or a CTC head spelled)
+                print(f"  HEARD {' '.join(session.heard_words()[heard:])}", file=out)
+                heard = len(session.heard_words())
             for word in words:
                 print(f"  WRITE {word.text:<24} (at {session.delay_ms(word):6.0f} ms of audio)", file=out)
         result = session.result()
-        print(f"  -> {result.prediction}\n  ({result.encoder_ms / (result.duration_ms / 1000):.0f} ms of encoder "
-              f"per audio second; wall {result.wall_ms:.0f} ms for {result.duration_ms:.0f} ms of audio)\n", file=out)
+        print(f"  -> {result.prediction}\n  ({result.encoder_ms / (result.duration_ms / 1000):.0f} ms of "
+              f"recogniser/encoder per audio second; wall {result.wall_ms:.0f} ms for {result.duration_ms:.0f} ms of "
+              f"audio)\n", file=out)
     return 0

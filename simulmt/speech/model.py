@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from simulmt.core.placed import Role
 from simulmt.core.learned_policy import HEAD_FILE, Learned, PolicyHead
 from simulmt.core.session import StreamingSession, Translation, WrittenWord
 from simulmt.errors import SimulmtError
@@ -76,14 +77,34 @@ class SpeechModelCard:
     source_lang: str = "en"
     target_lang: str = "de"
     reads: str = "embeddings"  # one of READS
+    layout: str = "interleaved"  # what it was trained for: the defaults of every tool that runs it
+    policy: str = "wait-k"
+    tau: float = 0.5
 
     def __post_init__(self):
+        from simulmt.core.layouts import LAYOUTS
+        from simulmt.core.policies import POLICIES
+
         if self.reads not in READS:
             raise SimulmtError(f"{SPEECH_FILE}: reads is {self.reads!r}; this simulmt knows {', '.join(READS)}")
+        if self.layout not in LAYOUTS or self.policy not in POLICIES or not 0.0 <= self.tau <= 1.0:
+            raise SimulmtError(f"{SPEECH_FILE}: layout {self.layout!r}, policy {self.policy!r}, tau {self.tau}: "
+                               f"layouts are {', '.join(LAYOUTS)}; policies {', '.join(POLICIES)}; tau in 0..1")
 
     @property
     def stream_config(self) -> StreamingEncoderConfig:
         return StreamingEncoderConfig(self.block_ms, self.left_context_ms, self.lookahead_ms)
+
+
+def read_card(folder: str | Path) -> SpeechModelCard:
+    """A speech model folder's ``speech.json``, or a clear error."""
+    path = Path(folder) / SPEECH_FILE
+    if not path.is_file():
+        raise SimulmtError(f"not a speech model folder (no {SPEECH_FILE}): {folder}")
+    try:
+        return SpeechModelCard(**json.loads(path.read_text()))
+    except (TypeError, ValueError) as exc:  # an unknown or missing field, invalid JSON
+        raise SimulmtError(f"{path} is not a speech model card: {exc}") from None
 
 
 def _adapter_of(folder: Path, adapter: str | None) -> str:
@@ -97,6 +118,11 @@ def _adapter_of(folder: Path, adapter: str | None) -> str:
 
 class SpeechTranslator:
     decide_per_block = True  # a learned policy decides on the last word each block brings (False: after every word)
+
+    @property
+    def learned_decides(self) -> str:
+        """When a learned policy decides (a run directory of the other kind is not resumed)."""
+        return "once per block" if self.decide_per_block else "after every word"
 
     def __init__(self, translator, encoder, extractor, adapter: SpeechAdapter,
                  config: StreamingEncoderConfig = StreamingEncoderConfig(), speller: CTCScorer | None = None):
@@ -124,7 +150,7 @@ class SpeechTranslator:
         folder = Path(folder)
         if not (folder / SPEECH_FILE).is_file():
             raise SimulmtError(f"not a speech model folder (no {SPEECH_FILE}): {folder}")
-        card = SpeechModelCard(**json.loads((folder / SPEECH_FILE).read_text()))
+        card = read_card(folder)
         model = str(folder / card.model) if (folder / card.model).is_dir() else card.model  # a folder beside it
         translator = Translator.load(model, adapter=_adapter_of(folder, card.adapter), source_lang=card.source_lang,
                                      target_lang=card.target_lang, **load_kwargs)
@@ -133,7 +159,22 @@ class SpeechTranslator:
         if (folder / HEAD_FILE).is_file():  # the speech policy head (trained on blocks) replaces a text one
             translator.policy_head = PolicyHead.load(folder)
         speller = CTCScorer.load(folder) if card.reads == "ctc-words" else None
-        return cls(translator, encoder, extractor, SpeechAdapter.load(folder), card.stream_config, speller)
+        speech = cls(translator, encoder, extractor, SpeechAdapter.load(folder), card.stream_config, speller)
+        speech.card = card
+        return speech
+
+    card: SpeechModelCard | None = None  # what load() read (None: built from parts)
+
+    @property
+    def card_defaults(self) -> dict:
+        """The layout, policy and tau the model was trained for: the defaults of every tool that runs it."""
+        card = self.card or SpeechModelCard(model="", adapter=None, encoder="")
+        return {"layout": card.layout, "policy": card.policy, "tau": card.tau}
+
+    @property
+    def piece_ms(self) -> float:
+        """How much audio a live caller feeds at a time: one encoder block."""
+        return float(self.config.block_ms)
 
     # ---- blocks -> embeddings --------------------------------------------------------------------------------
     @torch.no_grad()
@@ -332,6 +373,14 @@ class SpeechSession:
     def finish(self):
         """The end of the audio; yields the last words."""
         yield from self._feed(self.encoder.finish(), finished=True)
+
+    def heard_words(self) -> list[str]:
+        """The source words read in so far (spelled by a CTC head; none for a model that reads blocks)."""
+        return list(self.text.source_words) if self.spelling is not None else []
+
+    def target_tokens(self) -> int:
+        """Target tokens placed so far."""
+        return sum(1 for t in self.text.state.tokens if t.role is Role.TARGET)
 
     def delay_ms(self, word: WrittenWord) -> float:
         """Audio time at which the last source unit read before ``word`` (a block, or the block that completed a

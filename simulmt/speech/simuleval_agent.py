@@ -1,8 +1,10 @@
-"""A SimulEval 1.1.4 speech-to-text agent that streams with a simulmt speech model.
+"""A SimulEval 1.1.4 speech-to-text agent that streams with simulmt: by default the Whisper recogniser feeding
+the text model (``simulmt.speech.cascade``), or an end-to-end speech model (``--speech-model DIR``, whose card's
+layout, policy and tau are the defaults).
 
     simuleval --agent-class simulmt.speech.simuleval_agent.SimulmtSpeechAgent \\
         --source wavs.list --target ref.de --output out/ --source-type speech --target-type text \\
-        --speech-model DIR --policy learned --tau 0.5
+        [--model NAME --asr-model tiny.en --layout expost --policy wait-k --k 3]  |  [--speech-model DIR]
 
 SimulEval sends the audio in segments (``--source-segment-size`` ms, samples as floats) and records, for every
 word the agent writes, the ms of audio sent so far as its delay. The agent keeps one ``SpeechSession`` per
@@ -20,7 +22,8 @@ from argparse import ArgumentParser, Namespace
 import numpy as np
 
 from simulmt.simuleval_agent import SimulEvalMissingError  # noqa: F401 (raises the install hint without SimulEval)
-from simulmt.speech.model import SpeechSession, SpeechTranslation, SpeechTranslator
+from simulmt.speech.loading import load_speech
+from simulmt.speech.model import SpeechTranslation
 
 from simuleval.agents import SpeechToTextAgent  # noqa: E402  (importable: the import above checked SimulEval)
 from simuleval.agents.actions import Action, ReadAction, WriteAction  # noqa: E402
@@ -30,33 +33,47 @@ from simuleval.agents.states import AgentStates  # noqa: E402
 class SimulmtSpeechStates(AgentStates):
     def reset(self) -> None:
         super().reset()
-        self.session: SpeechSession | None = None
+        self.session = None  # a SpeechSession or a CascadeSession
         self.pushed = 0  # samples of ``self.source`` already pushed
 
 
 class SimulmtSpeechAgent(SpeechToTextAgent):
-    """``SimulmtSpeechAgent(args)`` loads ``args.speech_model``; ``SimulmtSpeechAgent(args, speech=...)`` uses a
-    loaded :class:`~simulmt.speech.model.SpeechTranslator`. Each finished utterance's result (delays in source units,
-    blocks or spelled words, and in ms; compute) is appended to ``self.translations``."""
+    """``SimulmtSpeechAgent(args)`` loads what ``args`` name (the recogniser cascade, or ``args.speech_model``);
+    ``SimulmtSpeechAgent(args, speech=...)`` uses a loaded one (a ``CascadeTranslator`` or a ``SpeechTranslator``).
+    Each finished utterance's result (delays in source units and in ms; compute) is appended to
+    ``self.translations``."""
 
-    def __init__(self, args: Namespace | None = None, speech: SpeechTranslator | None = None):
+    def __init__(self, args: Namespace | None = None, speech=None):
         args = args if args is not None else Namespace()
-        self.layout = getattr(args, "layout", "interleaved")
-        self.policy_name = getattr(args, "policy", "wait-k")
-        self.k, self.tau = getattr(args, "k", 3), getattr(args, "tau", 0.5)
-        self.speech = speech if speech is not None else SpeechTranslator.load(args.speech_model)
+        defaults = {"layout": "expost", "policy": "wait-k", "tau": 0.5}
+        if speech is None:
+            speech, card = load_speech(getattr(args, "speech_model", None), model=getattr(args, "model", None),
+                                       asr_model=getattr(args, "asr_model", "tiny.en"))
+            defaults |= card
+        elif hasattr(speech, "card_defaults"):
+            defaults |= speech.card_defaults
+        given = lambda name: getattr(args, name, None)  # noqa: E731
+        self.layout = given("layout") or defaults["layout"]
+        self.policy_name = given("policy") or defaults["policy"]
+        self.k = given("k") or 3
+        self.tau = given("tau") if given("tau") is not None else defaults["tau"]
+        self.speech = speech
         self.translations: list[SpeechTranslation] = []
         super().__init__(args)
 
     @staticmethod
     def add_args(parser: ArgumentParser) -> None:
         group = parser.add_argument_group("simulmt speech")
-        group.add_argument("--speech-model", required=True, help="a speech model folder (finetune-speech's DIR/model)")
-        group.add_argument("--layout", default="interleaved")
-        group.add_argument("--policy", default="wait-k", choices=("wait-k", "learned", "offline"))
-        group.add_argument("--k", type=int, default=3, help="wait-k: in blocks of audio, or in words for a model "
-                                                                "that reads the words its CTC head spells")
-        group.add_argument("--tau", type=float, default=0.5, help="learned: the policy head's threshold")
+        group.add_argument("--speech-model", default=None, help="an end-to-end speech model folder (finetune-speech's "
+                           "DIR/model) instead of the Whisper recogniser feeding the text model")
+        group.add_argument("--model", default=None, help="the text model (default: simulmt's)")
+        group.add_argument("--asr-model", default="tiny.en", help="the recogniser: a packaged Whisper or a folder")
+        group.add_argument("--layout", default=None, help="default: expost; with --speech-model, the model's own")
+        group.add_argument("--policy", default=None, choices=("wait-k", "learned", "offline", "read-n"),
+                           help="default: wait-k; with --speech-model, the model's own")
+        group.add_argument("--k", type=int, default=3, help="wait-k: in words (or, for an end-to-end model that "
+                                                                "reads blocks, in blocks of audio)")
+        group.add_argument("--tau", type=float, default=None, help="learned: the policy head's threshold")
 
     def build_states(self) -> SimulmtSpeechStates:
         return SimulmtSpeechStates()

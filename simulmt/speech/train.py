@@ -437,11 +437,6 @@ def _save_model(options: SpeechTrainOptions, adapter: SpeechAdapter, final: Path
     # folders relative to the speech model's own (it moves with a checkout or a copy); names stay names
     llm_adapter = None if options.adapter is None else _relative(options.adapter, final)
     model = _relative(options.model, final)
-    speech = SpeechModelCard(model=model, adapter=llm_adapter, encoder=options.encoder, block_ms=options.block_ms,
-                             left_context_ms=options.left_context_ms, source_lang=options.source_lang,
-                             target_lang=options.target_lang,
-                             reads="embeddings" if speller is None else "ctc-words")
-    (final / SPEECH_FILE).write_text(json.dumps(asdict(speech), indent=2) + "\n")
     # a model that reads spelled words keeps its LLM adapter's text head, never the starting model's block head
     if head is None and options.speech_adapter is not None and speller is None:
         previous = Path(options.speech_adapter) / HEAD_FILE
@@ -449,3 +444,21 @@ def _save_model(options: SpeechTrainOptions, adapter: SpeechAdapter, final: Path
             (final / HEAD_FILE).write_bytes(previous.read_bytes())
     if head is not None:
         head.save(final)
+    # the card says what the model was trained for: the interleaved layout, and the learned policy where a head
+    # decides (its own, or, for a model that reads spelled words, its LLM adapter's text head)
+    decides = (final / HEAD_FILE).is_file() or (speller is not None and _adapter_has_head(options.adapter))
+    speech = SpeechModelCard(model=model, adapter=llm_adapter, encoder=options.encoder, block_ms=options.block_ms,
+                             left_context_ms=options.left_context_ms, source_lang=options.source_lang,
+                             target_lang=options.target_lang,
+                             reads="embeddings" if speller is None else "ctc-words", layout="interleaved",
+                             policy="learned" if decides else "wait-k")
+    (final / SPEECH_FILE).write_text(json.dumps(asdict(speech), indent=2) + "\n")
+
+
+def _adapter_has_head(adapter: str | None) -> bool:
+    from simulmt.adapters import _shipped_path
+
+    if adapter is None:
+        return False
+    folder = Path(adapter) if Path(adapter).is_dir() else _shipped_path(adapter)
+    return folder is not None and (folder / HEAD_FILE).is_file()

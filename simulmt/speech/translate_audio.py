@@ -1,8 +1,9 @@
-"""``simulmt translate --audio FILE --speech-model DIR``: words appear as the audio plays, with their audio time.
+"""``simulmt translate --audio FILE [--speech-model DIR]``: words appear as the audio plays, with their audio time.
 
-The WAV file is fed to a speech session in pieces of one block, as a live stream would arrive; each written word
-is printed with the audio time it was written at (the delay: when the last block read before it was available; for a
-model that reads spelled words, the block that completed the last word read) and the wall time spent so far.
+The WAV file is fed to a speech session (the recogniser cascade, ``cascade.py``, or an end-to-end speech model) in
+pieces of one recogniser step (or one encoder block), as a live stream would arrive; each written word is printed
+with the audio time it was written at (the delay: when the last source word read before it was confirmed; for an
+end-to-end model, when its last block read was available) and the wall time spent so far.
 ``--jsonl`` prints one JSON object for the file: the prediction, delays in source units (blocks or spelled words,
 ``unit``) and in ms, the compute (encoder, adapter, LLM), the audio's duration, and what a CTC head spelled
 (``heard``).
@@ -43,7 +44,7 @@ def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: T
     out = out or sys.stdout  # looked up now: a default bound at import would keep a replaced stdout
     audio = read_audio(path)
     session = speech.session(**session_kwargs)
-    step = 16 * speech.config.block_ms
+    step = int(16 * speech.piece_ms)  # pieces of one block (EASiST) or one recogniser step, as live audio comes
 
     def show(words) -> None:
         for word in words:
@@ -58,6 +59,8 @@ def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: T
     if jsonl:
         print(json.dumps(result.to_json(), ensure_ascii=False), file=out)
     else:
-        print(f"\n{result.prediction}\n({len(result.delays)} words from {result.duration_ms / 1000:.2f} s of audio; "
-              f"encoder {result.encoder_ms:.0f} ms, wall {result.wall_ms:.0f} ms)", file=out)
+        heard = f"heard: {result.heard}\n" if result.heard else ""
+        print(f"\n{heard}{result.prediction}\n({len(result.delays)} words from {result.duration_ms / 1000:.2f} s of "
+              f"audio; {'recogniser' if speech.unit == 'words' and not hasattr(speech, 'config') else 'encoder'} "
+              f"{result.encoder_ms:.0f} ms, wall {result.wall_ms:.0f} ms)", file=out)
     return 0 if result.error is None else 1

@@ -1,0 +1,164 @@
+"""Speech translation on voices no shipped model was trained on: the recogniser cascade against text.
+
+Multi30k test2017 lines are spoken by voices kept out of every training run (espeak-ng accents and variants not in
+``simulmt.speech.synth.DEFAULT_VOICES``, and flite's voices: another synthesiser), one voice per line in turn,
+cached outside the work tree. Each file is translated as a live stream (``CascadeTranslator.translate``: Whisper
+tiny.en + LocalAgreement-2 feeding the text model, fed one recogniser step at a time as fast as the compute
+allows); the same lines as text go through the same translator, layout and policy. Printed:
+
+* the recogniser's WER (words lower-cased, punctuation stripped) against the spoken text;
+* BLEU of speech and of text (sacrebleu), and their ratio (issue 38 asks for at least 0.85);
+* latency in ms side by side: speech StreamLAAL-style LAAL over ``delays_ms`` (the audio time each target word's
+  last source word was confirmed), and text LAAL with its word delays put at the audio's word times
+  (approximated: each word's end placed by its share of the characters over the speech between the first and last
+  audible sample);
+* the first translated word's lag behind the audio of its source word (p50 / p95; the issue's bound: 2 s p95), on
+  the audio clock plus the compute spent by then;
+* the real-time factor, recogniser + LLM (wall seconds per audio second; the issue's bound: 0.5).
+
+    .venv/bin/python benchmarks/speech_voices.py --lines 300 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "multi30k"
+CACHE = Path(os.environ.get("SIMULMT_CACHE", Path.home() / ".cache" / "simulmt")) / "voices"
+VOICES = ("espeak:en-gb-x-gbcwmd", "flite:slt", "espeak:en-us+Annie", "flite:rms", "espeak:en+Andy", "flite:awb")
+
+
+def speak(voice: str, text: str, path: Path) -> None:
+    """``voice`` ("espeak:NAME" or "flite:NAME") says ``text`` into ``path`` (16 kHz mono 16-bit WAV)."""
+    engine, name = voice.split(":", 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "raw.wav"
+        if engine == "espeak":
+            subprocess.run(["espeak-ng", "-v", name, "-s", "160", "-w", str(raw), text], check=True)
+        elif engine == "flite":
+            subprocess.run(["flite", "-voice", name, "-t", text, "-o", str(raw)], check=True)
+        else:
+            raise SystemExit(f"unknown synthesiser {engine!r}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(path)], check=True)
+
+
+def words_of(text: str) -> list[str]:
+    return [w for w in (re.sub(r"[^\w']", "", t).lower() for t in text.split()) if w]
+
+
+def word_end_times(audio: np.ndarray, words: list[str]) -> list[float]:
+    """Approximate end time (ms) of each word: its share of the characters over the audible span."""
+    loud = np.flatnonzero(np.abs(audio.astype(np.int32)) > 500)
+    start, end = (loud[0], loud[-1]) if len(loud) else (0, len(audio))
+    sizes = np.cumsum([len(w) + 1 for w in words])
+    return [1000.0 * (start + (end - start) * s / sizes[-1]) / 16000 for s in sizes]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source", default=str(DATA / "test2017.en"))
+    parser.add_argument("--reference", default=str(DATA / "test2017.de"))
+    parser.add_argument("--lines", type=int, default=300)
+    parser.add_argument("--voices", default=",".join(VOICES))
+    parser.add_argument("--model", default=None, help="the text model (default: simulmt's)")
+    parser.add_argument("--asr-model", default="tiny.en")
+    parser.add_argument("--step-ms", type=int, default=1000)
+    parser.add_argument("--layout", default="expost")
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--output", default=None, help="write the per-line records (JSON lines) here")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from simulmt.metrics.latency import latency_scores
+    from simulmt.metrics.quality import bleu
+    from simulmt.speech.cascade import CascadeTranslator
+    from simulmt.speech.ctc import token_error_rate
+    from simulmt.speech.recognizer import RecognizerOptions
+    from simulmt.speech.translate_audio import read_audio
+
+    sources = Path(args.source).read_text(encoding="utf-8").splitlines()[: args.lines]
+    references = Path(args.reference).read_text(encoding="utf-8").splitlines()[: args.lines]
+    voices = args.voices.split(",")
+    files = []
+    for i, line in enumerate(sources):
+        voice = voices[i % len(voices)]
+        path = CACHE / voice.replace(":", "-").replace("+", "_") / f"{Path(args.source).name}-{i}.wav"
+        if not path.is_file():
+            speak(voice, line, path)
+        files.append((voice, path))
+    print(f"{len(files)} lines spoken by {', '.join(voices)} (cached in {CACHE})", file=sys.stderr, flush=True)
+
+    asr = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads)
+    cascade = CascadeTranslator.load(args.model, asr=asr, dtype="auto")
+    kwargs = dict(layout=args.layout, policy="wait-k", k=args.k)
+    cascade.translate(read_audio(str(files[0][1])), **kwargs)  # warm-up
+    records = []
+    for (voice, path), source, reference in zip(files, sources, references):
+        audio = read_audio(str(path))
+        started = time.perf_counter()
+        result = cascade.translate(audio, **kwargs)
+        wall = time.perf_counter() - started
+        text = cascade.translator.translate(source, **kwargs)
+        ends = word_end_times(audio, source.split())
+        first_lag = None
+        if result.delays and result.delays[0] and result.delays[0] <= len(result.heard.split()):
+            # the first target word: written at (audio confirmed) + (compute so far); its source word's audio end
+            heard_end = ends[min(result.delays[0], len(ends)) - 1]
+            first_lag = result.delays_ms[0] + result.elapsed[0] - heard_end
+        records.append({"voice": voice, "file": str(path), "source": source, "heard": result.heard,
+                        "speech": result.prediction, "text": text.prediction, "reference": reference,
+                        "delays_ms": result.delays_ms, "elapsed_ms": result.elapsed,
+                        "text_delays_ms": [ends[min(d, len(ends)) - 1] if d else 0.0 for d in text.delays],
+                        "audio_ms": result.duration_ms, "wall_ms": 1000 * wall, "asr_ms": result.encoder_ms,
+                        "first_lag_ms": first_lag, "error": result.error})
+        print(json.dumps({k: records[-1][k] for k in ("voice", "heard", "speech")}, ensure_ascii=False),
+              file=sys.stderr, flush=True)
+    if args.output:
+        Path(args.output).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+    def laal(delays_key: str, predictions_key: str, computation_aware: bool = False) -> float:
+        instances = [{"delays": r[delays_key], "source_length": r["audio_ms"], "reference": r["reference"],
+                      "prediction": r[predictions_key], "elapsed": r["elapsed_ms"]}
+                     for r in records if r[predictions_key]]
+        scores = latency_scores(instances, ["LAAL"], computation_aware=computation_aware, ms_per_source_unit=1.0)
+        return scores["LAAL_CA" if computation_aware else "LAAL"]
+
+    wer = token_error_rate([words_of(r["source"]) for r in records], [words_of(r["heard"]) for r in records])
+    speech_bleu, _ = bleu([r["speech"] for r in records], [r["reference"] for r in records])
+    text_bleu, _ = bleu([r["text"] for r in records], [r["reference"] for r in records])
+    lags = sorted(r["first_lag_ms"] for r in records if r["first_lag_ms"] is not None)
+    rtf = sum(r["wall_ms"] for r in records) / sum(r["audio_ms"] for r in records)
+    asr_rtf = sum(r["asr_ms"] for r in records) / sum(r["audio_ms"] for r in records)
+    per_voice = {v: token_error_rate([words_of(r["source"]) for r in records if r["voice"] == v],
+                                     [words_of(r["heard"]) for r in records if r["voice"] == v]) for v in voices}
+    print(f"\n{len(records)} lines; {cascade.name}, {cascade.dtype}, {args.layout} wait-{args.k}, recogniser step "
+          f"{args.step_ms} ms, {args.threads} threads\n")
+    print("| | WER % | BLEU | LAAL ms | LAAL_CA ms | first word lag p50 / p95 ms | RTF (recogniser alone) |\n"
+          "|---|---:|---:|---:|---:|---:|---:|")
+    print(f"| speech | {100 * wer:.1f} | {speech_bleu:.2f} | {laal('delays_ms', 'speech'):.0f} | "
+          f"{laal('delays_ms', 'speech', True):.0f} | {np.percentile(lags, 50):.0f} / {np.percentile(lags, 95):.0f} | "
+          f"{rtf:.3f} ({asr_rtf:.3f}) |")
+    print(f"| text (delays at the audio's word times) | - | {text_bleu:.2f} | {laal('text_delays_ms', 'text'):.0f} "
+          f"| | | |")
+    print(f"\nspeech / text BLEU: {speech_bleu / text_bleu:.3f}")
+    print("WER per voice: " + ", ".join(f"{v} {100 * w:.1f}" for v, w in per_voice.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

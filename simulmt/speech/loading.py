@@ -1,0 +1,33 @@
+"""What translates speech: the streaming recogniser feeding the text model (the default), or an end-to-end speech
+model folder (EASiST, ``--speech-model``), with the stream defaults each was made for. One place for every tool
+(translate --audio, evaluate --source-audio, bench --audio, demo --audio, the SimulEval agent)."""
+
+from __future__ import annotations
+
+from simulmt.core.prompt_format import LANGUAGES, language_name
+from simulmt.segment import DEFAULT_MAX_WORDS
+
+
+def language_code(language: str) -> str:
+    """'en' or 'English' -> 'en' (what Whisper takes)."""
+    name = language_name(language)
+    return next(code for code, known in LANGUAGES.items() if known == name)
+
+
+def load_speech(speech_model: str | None, *, model: str | None = None, adapter: str = "auto",
+                asr_model: str = "tiny.en", asr_step_ms: int = 1000, source_lang: str = "en",
+                target_lang: str = "de", max_words: int = DEFAULT_MAX_WORDS, **load_kwargs):
+    """(what translates speech, its stream defaults): the recogniser feeding the text model (the default), or an
+    end-to-end speech model folder with its card's layout, policy and tau."""
+    if speech_model is not None:
+        from simulmt.speech.model import SpeechTranslator
+
+        speech = SpeechTranslator.load(speech_model, **load_kwargs)
+        return speech, speech.card_defaults
+    from simulmt.speech.cascade import CascadeTranslator
+    from simulmt.speech.recognizer import RecognizerOptions
+
+    asr = RecognizerOptions(model=asr_model, step_ms=asr_step_ms, language=language_code(source_lang),
+                            trim_ms=max(12000, asr_step_ms), max_buffer_ms=30000)
+    return CascadeTranslator.load(model, adapter, asr=asr, source_lang=source_lang, target_lang=target_lang,
+                                  max_words=max_words, **load_kwargs), {}

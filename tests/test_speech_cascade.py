@@ -1,0 +1,164 @@
+"""The speech cascade: LocalAgreement (pure), the streaming recogniser's bounds, and the cascade's plumbing, with a
+fake recogniser whose audio spells its words (each word is half a second of one value), so every test is exact and
+fast; the real Whisper (tiny.en) on synthesised voices is in the slow tests at the end."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from helpers import tiny_translator
+from simulmt.speech.cascade import CascadeTranslator, cut_sentences
+from simulmt.speech.local_agreement import LocalAgreement, TimedWord
+from simulmt.speech.recognizer import RecognizerOptions, StreamingRecognizer
+
+WORD = 8000  # samples per word of the fake audio (0.5 s)
+SCRIPT = ("A man is riding a bike in the park. Two children play football on the green field. The woman reads a "
+          "book by the window.").split()
+
+
+def words(*texts, start=0.0, step=500.0):
+    return [TimedWord(t, start + i * step, start + (i + 1) * step) for i, t in enumerate(texts)]
+
+
+# ---- LocalAgreement -----------------------------------------------------------------------------------------------
+def test_local_agreement_confirms_what_two_transcripts_agree_on():
+    agreement = LocalAgreement(2)
+    assert agreement.update(words("a", "man", "iz")) == []  # nothing to agree with yet
+    assert [w.text for w in agreement.update(words("A", "man", "is", "rid"))] == ["A", "man"]  # case aside
+    assert [w.text for w in agreement.update(words("a", "man", "is", "riding", "a"))] == ["is"]
+    assert [w.text for w in agreement.update(words("a", "man", "is", "riding,", "a", "bike"))] == ["riding,", "a"]
+    assert [w.text for w in agreement.flush()] == ["bike"]
+    assert [w.text for w in agreement.confirmed] == ["A", "man", "is", "riding,", "a", "bike"]
+
+
+def test_local_agreement_after_a_trim_drops_the_past_and_a_repeated_tail():
+    agreement = LocalAgreement(2)
+    agreement.update(words("one", "two", "three"))
+    agreement.update(words("one", "two", "three", "four"))  # confirms one two three (ends at 1500 ms)
+    again = words("two", "three", "five", "six", start=500.0)  # re-heard, then new words
+    assert agreement.update(again) == []
+    assert [w.text for w in agreement.update(words("three", "five", "six", "seven", start=1000.0))] == \
+        ["five", "six"]
+    n1 = LocalAgreement(1)
+    assert [w.text for w in n1.update(words("x", "y"))] == ["x", "y"]  # n = 1: every transcript is final
+
+
+# ---- a fake recogniser: the audio spells the words -----------------------------------------------------------------
+class FakeWhisper:
+    """Each whole 0.5 s of audio of value (i+1)/1000 is SCRIPT[i]; a partial one at the end is heard wrong (the
+    unstable tail a real recogniser has); a segment ends at every sentence end and at the buffer's end."""
+
+    def __init__(self, options: RecognizerOptions):
+        self.options = options
+        self.calls = 0
+        self.longest = 0
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "") -> list[TimedWord]:
+        self.calls += 1
+        self.longest = max(self.longest, len(audio))
+        out = []
+        for start in range(0, len(audio), WORD):
+            chunk = audio[start:start + WORD]
+            index = int(round(float(chunk[0]) * 1000)) - 1
+            if index < 0 or index >= len(SCRIPT):
+                continue  # silence
+            text = SCRIPT[index] if len(chunk) == WORD else SCRIPT[index][:1] + "~"
+            out.append(TimedWord(text, 1000 * start / 16000, 1000 * (start + len(chunk)) / 16000,
+                                 ends_segment=text.endswith(".") or start + WORD >= len(audio)))
+        return out
+
+
+def spoken(script=SCRIPT, repeat: int = 1) -> np.ndarray:
+    values = [np.full(WORD, (i + 1) / 1000, dtype=np.float32) for i in range(len(script))] * repeat
+    return np.concatenate(values)
+
+
+def cascade(**options) -> CascadeTranslator:
+    opts = RecognizerOptions(**{"step_ms": 500, "trim_ms": 4000, "max_buffer_ms": 8000, **options})
+    return CascadeTranslator(tiny_translator("llama"), FakeWhisper(opts), opts, max_words=64)
+
+
+def test_the_recogniser_confirms_every_word_once_with_a_bounded_buffer():
+    options = RecognizerOptions(step_ms=500, trim_ms=4000, max_buffer_ms=8000)
+    whisper = FakeWhisper(options)
+    recognizer = StreamingRecognizer(whisper, options)
+    audio = spoken(repeat=48)  # ten minutes of audio: the buffer never passes max_buffer_ms
+    heard = []
+    for start in range(0, len(audio), 3000):  # pieces that do not line up with words or steps
+        heard += recognizer.push(audio[start:start + 3000])
+    heard += recognizer.finish()
+    assert len(audio) / 16000 >= 600 and [w.text for w in heard] == SCRIPT * 48  # nothing lost, nothing twice
+    assert whisper.longest <= 16 * (8000 + 500) + 3000  # max_buffer_ms, plus a step and a piece
+    assert all(b.confirmed_ms >= a.confirmed_ms for a, b in zip(heard, heard[1:]))
+    assert all(w.confirmed_ms >= w.end_ms for w in heard)  # confirmed after it was spoken
+    assert all(w.confirmed_ms - w.end_ms <= 2 * 500 + 500 for w in heard[:-3])  # LocalAgreement-2: two steps
+    assert len(recognizer.agreement.confirmed) <= 60 and recognizer.seconds > 0
+
+
+def test_the_cascade_translates_sentence_by_sentence_and_live_equals_batched(tmp_path):
+    from simulmt.speech.synth import write_wav
+
+    tr = cascade()
+    audio = spoken()
+    live = tr.translate(audio, "expost", "wait-k", k=2)
+    assert live.heard == " ".join(SCRIPT) and live.unit == "words"
+    sentences = cut_sentences(SCRIPT, 64)
+    assert len(sentences) == 3
+    alone = [tr.translator.translate(" ".join(SCRIPT[s]), "expost", "wait-k", k=2) for s in sentences]
+    assert live.prediction == " ".join(a.prediction for a in alone)
+    offsets = [s.start for s in sentences]
+    assert live.delays == [d + o for a, o in zip(alone, offsets) for d in a.delays]
+    assert len(live.delays_ms) == len(live.delays) and all(0 < ms <= 1000 * len(audio) / 16000
+                                                             for ms in live.delays_ms)
+    assert live.encoder_ms > 0 and live.duration_ms == pytest.approx(1000 * len(audio) / 16000)
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"u{i}.wav"
+        samples = audio if i != 1 else spoken(SCRIPT[:9])
+        write_wav(path, (samples * 32767).astype(np.int16), 16000)
+        paths.append(str(path))
+    paths.append(str(tmp_path / "missing.wav"))
+    one = list(tr.translate_iter(paths, batch_size=1, layout="expost", policy="wait-k", k=2))
+    many = list(tr.translate_iter(paths, batch_size=3, layout="expost", policy="wait-k", k=2))
+    assert [r.source for r in many] == paths and many[-1].error and "not found" in many[-1].error
+    for a, b in zip(one, many):
+        assert (a.prediction, a.delays, a.delays_ms, a.heard) == (b.prediction, b.delays, b.delays_ms, b.heard)
+        assert len(b.elapsed) == len(b.delays)
+
+
+def test_a_learned_policy_decides_once_per_update_live_and_batched(tmp_path):
+    import torch
+
+    from simulmt.core.learned_policy import PolicyHead
+    from simulmt.speech.synth import write_wav
+
+    tr = cascade()
+    hidden = tr.translator.model.config.hidden_size
+    tr.translator.policy_head = PolicyHead(torch.randn(2, hidden, generator=torch.Generator().manual_seed(1)),
+                                           torch.zeros(2))
+    session = tr.session("expost", "learned", tau=0.5)
+    assert session.kwargs["policy"].per_arrival
+    live = tr.translate(spoken(SCRIPT[:9]), "expost", "learned", tau=0.5)
+    assert live.prediction and len(live.delays) == len(live.prediction.split())
+    path = tmp_path / "u.wav"
+    write_wav(path, (spoken(SCRIPT[:9]) * 32767).astype(np.int16), 16000)
+    (one,) = tr.translate_iter([str(path)], batch_size=1, layout="expost", policy="learned", tau=0.5)
+    (batched, _) = tr.translate_iter([str(path), str(path)], batch_size=2, layout="expost", policy="learned",
+                                     tau=0.5)
+    assert (one.prediction, one.delays, one.delays_ms) == (batched.prediction, batched.delays, batched.delays_ms)
+
+
+def test_a_transcript_that_begins_with_the_confirmed_words_goes_on_after_them_whatever_its_times():
+    agreement = LocalAgreement(2)
+    agreement.update(words("a", "little", "girl"))
+    agreement.update(words("a", "little", "girl", "is"))  # confirms a little girl (in the buffer still)
+    # the next transcripts time the same words differently (segment times spread over more audio)
+    shifted = words("a", "little", "girl", "is", "wooden", step=300.0)
+    assert [w.text for w in agreement.update(shifted)] == ["is"]
+    assert [w.text for w in agreement.update(words("a", "little", "girl", "is", "wooden", "house", step=250.0))] \
+        == ["wooden"]
+    assert [w.text for w in agreement.flush()] == ["house"]
