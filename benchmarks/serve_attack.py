@@ -32,7 +32,7 @@ from pathlib import Path
 from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_load import free_port, percentile  # noqa: E402
+from serve_load import free_port, percentile, wait_for_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TALK = ("A man is riding a bike in the park. Two children are playing football on the green field. The woman in "
@@ -171,15 +171,7 @@ def main() -> int:
     server = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     rows = []
     try:
-        deadline = time.time() + 600
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    raise SystemExit("the server did not start")
-                time.sleep(1)
+        wait_for_server(server, port)
         url = f"ws://127.0.0.1:{port}/v1/stream?k=3"
         print(f"server: {' '.join(command[2:])} (OMP_NUM_THREADS={args.threads}); good client: {len(TALK.split())} "
               f"words at {args.rate} words/s", flush=True)

@@ -38,6 +38,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_server(server: subprocess.Popen, port: int, seconds: float = 600) -> None:
+    """Until the server on ``port`` answers /health (a server that exits or takes longer: SystemExit)."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            return
+        except OSError:
+            if time.time() > deadline or server.poll() is not None:
+                raise SystemExit("the server did not start")
+            time.sleep(1)
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -127,15 +140,7 @@ def main() -> int:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     server = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 600
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    raise SystemExit("the server did not start")
-                time.sleep(1)
+        wait_for_server(server, port)
         url = f"ws://127.0.0.1:{port}/v1/stream?k={args.k}"
         print(f"server: {' '.join(command[2:])} (OMP_NUM_THREADS={args.threads}); {args.sentences} sentences per "
               f"client; paced at {args.rate} words/s", flush=True)

@@ -29,7 +29,7 @@ from simulmt.core.stream import Translation, WrittenWord
 from simulmt.errors import SimulmtError
 from simulmt.live_text import Boundary, LiveText
 from simulmt.segment import DEFAULT_MAX_WORDS
-from simulmt.speech.model import SpeechTranslation
+from simulmt.speech.model import SpeechTranslation, play, policy_for_speech
 from simulmt.speech.recognizer import ConfirmedWord, RecognizerOptions, StreamingRecognizer, Whisper, as_float_audio
 
 
@@ -82,26 +82,13 @@ class CascadeTranslator:
     def _policy(self, policy, kwargs: dict):
         """The policy (by name: ``k``/``n``/``tau`` taken out of ``kwargs``); a learned one decides once per
         recogniser update, on the last word it confirmed (as EASiST's decides once per block)."""
-        from simulmt.core.learned_policy import Learned
-
-        policy = self.translator.make_policy(policy, **{key: kwargs.pop(key) for key in ("k", "n", "tau")
-                                                        if key in kwargs})
-        if isinstance(policy, Learned) and not policy.per_arrival:
-            policy = replace(policy, per_arrival=True)
-        return policy
+        return policy_for_speech(self.translator, policy, kwargs)
 
     def translate(self, audio: np.ndarray, layout: str = "expost", policy: str = "wait-k", *,
                   piece_ms: float | None = None, **kwargs) -> SpeechTranslation:
         """Translate a recording fed in pieces of ``piece_ms`` (default: the recogniser's step), as live audio
         would arrive (as fast as the compute allows)."""
-        session = self.session(layout, policy, **kwargs)
-        step = int(16 * (piece_ms or self.options.step_ms))
-        for start in range(0, len(audio), step):
-            for _ in session.push_audio(audio[start:start + step]):
-                pass
-        for _ in session.finish():
-            pass
-        return session.result()
+        return play(self.session(layout, policy, **kwargs), audio, piece_ms or self.options.step_ms)
 
     def translate_iter(self, paths, batch_size: int = 1, **kwargs):
         """WAV files -> results in input order (an unreadable file: a result with ``error`` set). ``batch_size``

@@ -298,24 +298,13 @@ class SpeechTranslator:
     def _policy(self, policy, kwargs: dict):
         """The policy (by name: with ``k``/``n``/``tau`` taken from ``kwargs``); a learned one decides once per
         block of audio, on the last word the block brought (``decide_per_block``; EASiST's rule)."""
-        policy = self.translator.make_policy(policy, **{key: kwargs.pop(key) for key in ("k", "n", "tau")
-                                                        if key in kwargs})
-        if isinstance(policy, Learned) and self.decide_per_block and not policy.per_arrival:
-            policy = replace(policy, per_arrival=True)
-        return policy
+        return policy_for_speech(self.translator, policy, kwargs, per_arrival=self.decide_per_block)
 
     def translate(self, audio: np.ndarray, layout: str = "interleaved", policy: str = "wait-k", *,
                   piece_ms: float | None = None, **kwargs) -> SpeechTranslation:
         """Translate one utterance (16 kHz mono, int16 or float32), fed in pieces of ``piece_ms`` (default: one
         block) as a live stream would be."""
-        session = self.session(layout, policy, **kwargs)
-        step = int(16 * (piece_ms or self.config.block_ms))
-        for start in range(0, len(audio), step):
-            for _ in session.push_audio(audio[start:start + step]):
-                pass
-        for _ in session.finish():
-            pass
-        return session.result()
+        return play(self.session(layout, policy, **kwargs), audio, piece_ms or self.config.block_ms)
 
 
 class SpeechSession:
@@ -398,6 +387,27 @@ class SpeechSession:
                                  encoder_ms=round(1000 * (compute.encoder_seconds + compute.feature_seconds), 3),
                                  adapter_ms=round(1000 * self.adapter_seconds, 3), unit=self.owner.unit,
                                  heard=base.source if self.spelling is not None else "")
+
+
+def play(session, audio: np.ndarray, piece_ms: float):
+    """Feed a recording to a live speech session in pieces of ``piece_ms``, as fast as the compute allows; its
+    result."""
+    step = int(16 * piece_ms)
+    for start in range(0, len(audio), step):
+        for _ in session.push_audio(audio[start:start + step]):
+            pass
+    for _ in session.finish():
+        pass
+    return session.result()
+
+
+def policy_for_speech(translator, policy, kwargs: dict, per_arrival: bool = True):
+    """The policy (by name: ``k``/``n``/``tau`` taken out of ``kwargs``); with ``per_arrival`` a learned one
+    decides once per arrival of speech (a block, or a recogniser update), on its last unit (EASiST's rule)."""
+    policy = translator.make_policy(policy, **{key: kwargs.pop(key) for key in ("k", "n", "tau") if key in kwargs})
+    if isinstance(policy, Learned) and per_arrival and not policy.per_arrival:
+        policy = replace(policy, per_arrival=True)
+    return policy
 
 
 def block_delays_ms(config: StreamingEncoderConfig, num_samples: int) -> list[float]:
