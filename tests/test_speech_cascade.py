@@ -162,3 +162,33 @@ def test_a_transcript_that_begins_with_the_confirmed_words_goes_on_after_them_wh
     assert [w.text for w in agreement.update(words("a", "little", "girl", "is", "wooden", "house", step=250.0))] \
         == ["wooden"]
     assert [w.text for w in agreement.flush()] == ["house"]
+
+
+def test_the_simuleval_speech_agent_runs_the_cascade_by_default():
+    """SimulEval's speech segments through the agent with the cascade (the default when no --speech-model): the
+    words it writes are those of the cascade's own session, and none before its source word was confirmed."""
+    from argparse import Namespace
+
+    pytest.importorskip("simuleval", reason="SimulEval 1.1.4 (setup.sh puts it in .simuleval/)")
+    from simuleval.data.segments import SpeechSegment
+
+    from simulmt.speech.simuleval_agent import SimulmtSpeechAgent
+
+    tr = cascade()
+    agent = SimulmtSpeechAgent(Namespace(k=2), speech=tr)
+    assert (agent.layout, agent.policy_name) == ("expost", "wait-k")
+    x = spoken(SCRIPT[:9])
+    step, written, sent = 16 * 320, [], []
+    for start in range(0, len(x), step):
+        finished = start + step >= len(x)
+        out = agent.pushpop(SpeechSegment(content=x[start:start + step].tolist(), sample_rate=16000,
+                                          finished=finished))
+        if not out.is_empty:
+            words = out.content.split()
+            written += words
+            sent += [min(len(x), start + step) / 16] * len(words)
+        if finished:
+            break
+    alone = tr.translate(x, "expost", "wait-k", k=2, piece_ms=320)
+    assert " ".join(written) == alone.prediction == agent.translations[0].prediction
+    assert all(s >= d - 1e-6 for s, d in zip(sent, alone.delays_ms))
