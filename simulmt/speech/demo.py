@@ -34,7 +34,7 @@ def run_speech_demo(speech, *, layout: str = "interleaved", policy: str = "wait-
                     out: TextIO | None = None) -> int:
     out = out or sys.stdout
     said = f"wait-{k} in {speech.unit}" if policy == "wait-k" else f"{policy}, tau {tau}"
-    print(f"speech: {speech.name}; pieces of {speech.piece_ms:.0f} ms; {layout}, {said}\n", file=out)
+    print(f"speech: {speech.name}; pieces of {speech.piece_ms:.0f} ms; layout {layout}, policy {said}\n", file=out)
     for text, audio in demo_audio():
         print(f"[audio] {text}  ({len(audio) / 16000:.2f} s)", file=out)
         session = speech.session(layout, policy, k=k, tau=tau)
