@@ -1,11 +1,8 @@
 """The speech cascade: LocalAgreement (pure), the streaming recogniser's bounds, and the cascade's plumbing, with a
 fake recogniser whose audio spells its words (each word is half a second of one value), so every test is exact and
-fast; the real Whisper (tiny.en) on synthesised voices is in the slow tests at the end."""
+fast; the real Whisper (tiny.en) on synthesised voices is in tests/test_speech_real.py (slow)."""
 
 from __future__ import annotations
-
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
