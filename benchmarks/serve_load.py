@@ -80,10 +80,12 @@ def proc_stats(pid: int) -> tuple[float, float]:
     return cpu, peak
 
 
-async def client(url: str, words: list[str], rate: float | None) -> dict:
+async def client(url: str, words: list[str], rate: float | None, result: dict | None = None) -> dict:
+    """One speaker: its words (at ``rate`` words/s, or at once), then end; the target words it got and their lags.
+    ``result`` is filled as the words come (a caller that gives up early keeps what came)."""
+    result = result if result is not None else {}
+    result.update(words=0, lags=[])  # (reset: a fresh talk)
     sent_at: list[float] = []
-    lags: list[float] = []
-    received = 0
     async with connect(url, max_size=None) as ws:
         async def sender():
             for word in words:
@@ -97,12 +99,12 @@ async def client(url: str, words: list[str], rate: float | None) -> dict:
         async for frame in ws:
             message = json.loads(frame)
             if message["type"] == "word":
-                received += 1
+                result["words"] += 1
                 delay = message["delay"]
                 if 0 < delay <= len(sent_at):
-                    lags.append((time.perf_counter() - sent_at[delay - 1]) * 1000.0)
+                    result["lags"].append((time.perf_counter() - sent_at[delay - 1]) * 1000.0)
         await task
-    return {"words": received, "lags": lags}
+    return result
 
 
 async def run_load(url: str, talks: list[list[str]], rate: float | None) -> tuple[float, list[dict]]:

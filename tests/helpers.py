@@ -72,3 +72,22 @@ def load_benchmark(name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def through_simuleval_agent(agent, audio, segment_ms: int = 320) -> tuple[list[str], list[float]]:
+    """Feed ``audio`` (16 kHz floats) to a SimulEval speech agent in segments of ``segment_ms``, as SimulEval does:
+    the words it wrote, and for each the ms of audio sent when it was written."""
+    from simuleval.data.segments import SpeechSegment
+
+    step, written, sent = 16 * segment_ms, [], []
+    for start in range(0, len(audio), step):
+        finished = start + step >= len(audio)
+        out = agent.pushpop(SpeechSegment(content=audio[start:start + step].tolist(), sample_rate=16000,
+                                          finished=finished))
+        if not out.is_empty:
+            words = out.content.split()
+            written += words
+            sent += [min(len(audio), start + step) / 16] * len(words)
+        if finished:
+            break
+    return written, sent

@@ -159,17 +159,23 @@ def test_bad_frames_get_an_error_and_the_stream_goes_on(service):
     assert [s["translation"] for s in sentences] == [expected(TALK[0], k=2).prediction]
 
 
-@pytest.mark.parametrize("query, message", [("layout=nope", "unknown layout"), ("k=0", "at least 1"),
-                                            ("colour=red", "unknown option(s) colour"),
-                                            ("target_lang=fr", "is not served"), ("k=three", "integer")])
+@pytest.mark.parametrize("query, message", [
+    ("layout=nope", "unknown layout"), ("k=0", "at least 1"), ("colour=red", "unknown option(s) colour"),
+    ("target_lang=fr", "is not served"), ("k=three", "integer"),
+    # options the model cannot run, refused at connect rather than at every word (issue 43)
+    ("policy=learned", "needs a policy head"), ("layout=interleaved", "marker tokens"),
+    ("slot=1000000000", "beyond this model's 512 positions"), ("layout=gpe&phi=1000000000", "positions"),
+    ("tau=nan", "tau"), ("tau=2", "tau")])
 def test_invalid_options_are_refused_with_a_reason(service, query, message):
-    address, _ = service
+    address, hub = service
+    admitted = hub.metrics.clients_total
     with connect(f"ws://{address}/v1/stream?{query}") as ws:
         reply = json.loads(ws.recv(timeout=30))
         assert reply["type"] == "error" and message in reply["message"]
         with pytest.raises(ConnectionClosed):
             ws.recv(timeout=30)
         assert ws.close_code == 1008
+    assert hub.metrics.clients_total == admitted  # never admitted
 
 
 def test_max_streams_refuses_the_next_client_with_a_reason():

@@ -246,22 +246,7 @@ def test_control_tokens_in_the_source_are_translated_as_text():
     assert sentence["translation"] == translator.translate(source, "expost", "wait-k", k=2).prediction
 
 
-# ---- 6. options and the token -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("query, message", [
-    ("policy=learned", "needs a policy head"), ("layout=interleaved", "marker tokens"),
-    ("slot=1000000000", "beyond this model's 512 positions"), ("layout=gpe&phi=1000000000", "positions"),
-    ("tau=nan", "tau"), ("tau=2", "tau")])
-def test_options_that_cannot_work_are_refused_at_connect(query, message):
-    with running() as (address, hub):
-        with connect(f"ws://{address}/v1/stream?{query}") as ws:
-            reply = json.loads(ws.recv(timeout=30))
-            assert reply["type"] == "error" and message in reply["message"]
-            with pytest.raises(ConnectionClosed):
-                ws.recv(timeout=30)
-            assert ws.close_code == 1008
-        assert hub.metrics.clients_total == 0
-
-
+# ---- 6. options (test_service.py: test_invalid_options_are_refused_with_a_reason) and the token -------------------
 def test_the_token_bearer_scheme_health_metrics_and_failures(caplog):
     with running(token=TOKEN, failed_tokens=FailedTokens(max_failures=3, window=60)) as (address, _):
         for headers in ({"Authorization": f"bearer {TOKEN}"}, {"Authorization": f"BEARER  {TOKEN}"}):

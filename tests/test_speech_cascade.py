@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import tiny_translator
+from helpers import through_simuleval_agent, tiny_translator
 from simulmt.speech.cascade import CascadeTranslator, cut_sentences
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
 from simulmt.speech.recognizer import RecognizerOptions, StreamingRecognizer
@@ -167,25 +167,13 @@ def test_the_simuleval_speech_agent_runs_the_cascade_by_default():
     from argparse import Namespace
 
     pytest.importorskip("simuleval", reason="SimulEval 1.1.4 (setup.sh puts it in .simuleval/)")
-    from simuleval.data.segments import SpeechSegment
-
     from simulmt.speech.simuleval_agent import SimulmtSpeechAgent
 
     tr = cascade()
     agent = SimulmtSpeechAgent(Namespace(k=2), speech=tr)
     assert (agent.layout, agent.policy_name) == ("expost", "wait-k")
     x = spoken(SCRIPT[:9])
-    step, written, sent = 16 * 320, [], []
-    for start in range(0, len(x), step):
-        finished = start + step >= len(x)
-        out = agent.pushpop(SpeechSegment(content=x[start:start + step].tolist(), sample_rate=16000,
-                                          finished=finished))
-        if not out.is_empty:
-            words = out.content.split()
-            written += words
-            sent += [min(len(x), start + step) / 16] * len(words)
-        if finished:
-            break
+    written, sent = through_simuleval_agent(agent, x)
     alone = tr.translate(x, "expost", "wait-k", k=2, piece_ms=320)
     assert " ".join(written) == alone.prediction == agent.translations[0].prediction
     assert all(s >= d - 1e-6 for s, d in zip(sent, alone.delays_ms))

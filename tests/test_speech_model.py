@@ -14,7 +14,7 @@ import torch
 from transformers import WhisperConfig, WhisperFeatureExtractor
 from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
-from helpers import tiny_translator, tiny_interleaved_translator
+from helpers import through_simuleval_agent, tiny_interleaved_translator, tiny_translator
 from simulmt.core.engine import Engine, run_batched
 from simulmt.core.policies import WaitK
 from simulmt.errors import SimulmtError
@@ -209,24 +209,12 @@ def test_the_simuleval_speech_agent_gives_what_the_session_gives():
     """SimulEval's speech segments (320 ms of float samples each) through the agent: the words it writes are the
     speech session's, and each is written no earlier than its block was available."""
     pytest.importorskip("simuleval", reason="SimulEval 1.1.4 (setup.sh puts it in .simuleval/)")
-    from simuleval.data.segments import SpeechSegment
-
     from simulmt.speech.simuleval_agent import SimulmtSpeechAgent
 
     sp = tiny_speech()
     agent = SimulmtSpeechAgent(Namespace(layout="interleaved", policy="wait-k", k=2), speech=sp)
     x = audio(2.0)
-    step, written, sent = 16 * 320, [], []
-    for start in range(0, len(x), step):
-        piece = x[start:start + step]
-        finished = start + step >= len(x)
-        out = agent.pushpop(SpeechSegment(content=piece.tolist(), sample_rate=16000, finished=finished))
-        if not out.is_empty:
-            words = out.content.split()
-            written += words
-            sent += [min(len(x), start + step) / 16] * len(words)
-        if finished:
-            break
+    written, sent = through_simuleval_agent(agent, x)
     alone = sp.translate(x, "interleaved", WaitK(2))
     assert " ".join(written) == alone.prediction == agent.translations[0].prediction
     assert all(s >= d - 1e-6 for s, d in zip(sent, alone.delays_ms))

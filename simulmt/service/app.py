@@ -63,10 +63,10 @@ from simulmt.core.layouts import LAYOUTS
 from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
 from simulmt.errors import SimulmtError
-from simulmt.live_text import LiveText, Word
+from simulmt.live_text import LiveText
 from simulmt.service.audio import AudioIntake
 from simulmt.service.guard import Access, FailedTokens, Guard, given_token, same_token
-from simulmt.service.hub import Backlog
+from simulmt.service.hub import Backlog, words_in
 from simulmt.service.limits import MAX_BACKLOG, MAX_BUFFER_CHARS
 
 log = logging.getLogger("simulmt.serve")
@@ -283,7 +283,7 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
                 while hub_full(intake):
                     await asyncio.sleep(BACKLOG_POLL)
                 actions, kind = intake.next_piece()
-                intake.backlog.sent += sum(isinstance(a, Word) for a in actions)
+                intake.backlog.sent += words_in(actions)
                 hub.send("words", client_id, actions)
                 if kind == "end":
                     hub.send("end", client_id)

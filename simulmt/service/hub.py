@@ -214,21 +214,16 @@ class Hub:
             return
         if client.ending:
             if kind == "words":  # counted by the caller: taken, as nothing will be done with them
-                client.backlog.taken += sum(isinstance(a, Word) for a in payload)
+                client.backlog.taken += words_in(payload)
             client.sink({"type": "error", "message": "the input has ended; no more text is taken"})
             return
-        if kind == "words":
+        if kind == "words":  # split by the caller, and counted in its Backlog
             actions = payload
-        elif kind == "text":
-            actions = client.live.feed(payload)
-            client.backlog.sent += sum(isinstance(a, Word) for a in actions)
-        elif kind == "boundary":
-            actions = client.live.boundary()
-            client.backlog.sent += sum(isinstance(a, Word) for a in actions)
-        else:  # end
-            actions = client.live.end()
-            client.backlog.sent += sum(isinstance(a, Word) for a in actions)
-            client.ending = True
+        else:  # split here
+            actions = (client.live.feed(payload) if kind == "text" else
+                       client.live.boundary() if kind == "boundary" else client.live.end())
+            client.backlog.sent += words_in(actions)
+            client.ending = kind == "end"
         client.pending.extend(actions)
         self._feed(client)
 
@@ -246,7 +241,7 @@ class Hub:
             except SimulmtError as exc:
                 client.sink({"type": "error", "message": str(exc)})
             finally:
-                client.backlog.taken += isinstance(action, Word)
+                client.backlog.taken += words_in([action])
         if client.ending and not client.sentences and not client.pending and client.id in self.clients:
             self._finish(client)
 
@@ -339,7 +334,12 @@ class Hub:
             if self._running(stream):
                 self.engine.remove(stream)  # its cache row is freed at once
         client.sentences, client.held, client.finished = [], {}, {}
-        client.backlog.taken += sum(isinstance(a, Word) for a in client.pending)
+        client.backlog.taken += words_in(client.pending)
         client.pending.clear()
         self.clients.pop(client.id, None)
         self.metrics.clients = len(self.clients)
+
+
+def words_in(actions) -> int:
+    """How many of a LiveText's actions are words (what a Backlog counts)."""
+    return sum(isinstance(a, Word) for a in actions)
