@@ -253,9 +253,11 @@ def test_the_decoding_rules_work_where_the_logits_are():
     tr = Translator(make_model("llama", len(tok)), tok, name="tiny-llama")
     stream = tr.new_stream(policy="wait-k", k=3)
     stream.push(SOURCE.split()[:2])
-    scores = stream._allowed(torch.zeros(tr.model.config.vocab_size, device="meta"))
+    scores = stream._allowed(torch.zeros(tr.model.config.vocab_size, device="meta"), stream._rules())
     assert scores.device.type == "meta" and scores.shape == (tr.model.config.vocab_size,)
     v = tr.vocabulary
+    best = v.best(torch.zeros(3, tr.model.config.vocab_size, device="meta"))  # every row's best tokens, there
+    assert best.device.type == "meta" and best.shape == (3, 2)
     for name in ("banned", "stops", "inside_word"):
         assert v.bias(name).device.type == "cpu"
         assert v.bias(name, "meta").device.type == "meta" and v.bias(name, "meta").shape == v.bias(name).shape

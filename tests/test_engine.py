@@ -171,10 +171,23 @@ def test_samplers_report_log_probabilities():
     assert draws == {2}  # top-p 0.5 keeps only the most likely token here (p = 0.87 at t = 0.5)
     with pytest.raises(SimulmtError):
         Sampling(temperature=0)
-    session = tiny_translator("llama").session("expost", WaitK(2))
+    tr = tiny_translator("llama")
+    session = tr.session("expost", WaitK(2))
+    session.run(SOURCES[0])
+    assert session.target_logprobs == []  # off by default: a pass over the vocabulary per token
+    session = tr.session("expost", WaitK(2))
+    session.logprobs = True
     session.run(SOURCES[0])
     assert len(session.target_logprobs) == len(session.target_tokens) > 0
     assert all(lp <= 0 for lp in session.target_logprobs)
+
+    class LookingGreedy(Greedy):  # chooses from the scores itself, not from the engine's best tokens
+        picks_best = False
+    looking = tr.session("expost", WaitK(2), sampler=LookingGreedy())
+    looking.logprobs = True
+    looking.run(SOURCES[0])
+    assert looking.target_tokens == session.target_tokens
+    assert looking.target_logprobs == pytest.approx(session.target_logprobs, abs=1e-5)
 
 
 class FeaturePolicy(WaitK):

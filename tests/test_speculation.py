@@ -196,8 +196,9 @@ def test_a_forward_shared_by_several_streams_feeds_no_alternatives(monkeypatch):
     assert any(s.result().speculated > s.result().speculated_kept + 1 for s in alone)  # alternatives were fed
     fed = []
     receive = Stream.receive
-    monkeypatch.setattr(Stream, "receive", lambda self, logits, flops, features=None, served=None: (
-        fed.append((self.pending.alternatives, served.alternatives)), receive(self, logits, flops, features, served)))
+    monkeypatch.setattr(Stream, "receive", lambda self, logits, flops, features=None, served=None, **k: (
+        fed.append((self.pending.alternatives, served.alternatives)),
+        receive(self, logits, flops, features, served, **k)))
     streams = run_interleaved_batched(tr, jobs)
     assert any(posted > 0 and got == 0 for posted, got in fed)  # posted, and served without them
     for a, b in zip(alone, streams):

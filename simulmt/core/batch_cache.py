@@ -195,8 +195,11 @@ class BatchKVCache:
         need = max(self.lengths[r] + n for r, n in zip(rows, new_tokens))
         if need > self.capacity:
             self._grow(_grown(need))
-        served = torch.repeat_interleave(torch.tensor(rows, dtype=torch.long), torch.tensor(new_tokens))
-        q_index = torch.cat([torch.arange(self.lengths[r], self.lengths[r] + n) for r, n in zip(rows, new_tokens)])
+        counts = torch.tensor(new_tokens)
+        served = torch.repeat_interleave(torch.tensor(rows, dtype=torch.long), counts)
+        firsts = torch.tensor([self.lengths[r] for r in rows])  # each row's first new key index, then one up per query
+        q_index = (torch.repeat_interleave(firsts - (torch.cumsum(counts, 0) - counts), counts)
+                   + torch.arange(len(served)))
         self.target_side[served, q_index] = target_side
         self._served, self._write, self._key_count = served, q_index, need
         self._indices_on = None  # (device, served, write) there; see _on

@@ -90,11 +90,12 @@ class Engine:
         self.cache = BatchKVCache(stable=runner.static is not None, pool=runner.static)
         self.prompts = PromptCache() if share_prompts else None  # prompt_cache.py
         self.streams: list[Stream] = []  # stream i owns row i of the cache
+        self._rows: dict[int, int] = {}  # id(stream) -> its row
         self.stats = EngineStats()
 
     # ---- membership ------------------------------------------------------------------------------------------
     def add(self, stream: Stream) -> None:
-        if any(s is stream for s in self.streams):
+        if id(stream) in self._rows:
             raise SimulmtError("this stream is already in the engine")
         if stream.fed:
             raise SimulmtError("a stream that was served by another engine cannot join this one")
@@ -103,19 +104,21 @@ class Engine:
         if self.runner.alibi:  # its key distances count cache slots: an alternative is not in its guess's slot
             stream.alternatives = 0
         self.streams.append(stream)
+        self._rows[id(stream)] = len(self.streams) - 1
         self.cache.add_row()
 
     def remove(self, stream: Stream) -> None:
         """The stream leaves; its cache row is freed at once."""
         row = self._row(stream)
         del self.streams[row]
+        self._rows = {id(s): i for i, s in enumerate(self.streams)}
         self.cache.remove_row(row)
 
     def _row(self, stream: Stream) -> int:
-        for i, s in enumerate(self.streams):
-            if s is stream:
-                return i
-        raise SimulmtError("this stream is not in the engine")
+        row = self._rows.get(id(stream))
+        if row is None:
+            raise SimulmtError("this stream is not in the engine")
+        return row
 
     # ---- rounds ----------------------------------------------------------------------------------------------
     def step(self) -> list[Event]:
@@ -159,6 +162,7 @@ class Engine:
             self._stopped(requests, rows, counts, pairs, answered, hidden, layer)
             return
         starts = [0] + torch.cumsum(torch.tensor(counts), 0).tolist()[:-1]
+        best = self._best_tokens(requests, got, answered, logits)
         logit_rows, answer = 0, 0  # where each stream's rows begin in ``logits`` and in ``hidden``
         for i, ((stream, request), n) in enumerate(zip(requests, counts)):
             answers = answered[i]
@@ -167,13 +171,38 @@ class Engine:
                 flops += self.runner.compute.flops(shared[i], shared[i] * (shared[i] + 1) // 2, 0)
             own = hidden is not None and stream.features_layer == layer  # (another layer's features are not its own)
             stream.receive(logits[logit_rows:logit_rows + answers] if got[i] else None, flops,
-                           hidden[answer:answer + answers] if own else None, served=request)
+                           hidden[answer:answer + answers] if own else None, served=request, best=best[i])
             logit_rows += answers * got[i]
             answer += answers
         self._count(rows, counts, shared)
         for row, key, length in to_store if self.cache.layers_ready else ():  # a layer without a store: no sharing
             keys, values = self.cache.copy_out(row, length)
             self.prompts.put(key, SharedPrompt(keys, values))
+
+    @staticmethod
+    def _best_tokens(requests, got: list[bool], answered: list[int], logits: torch.Tensor) -> list:
+        """Per request, the best tokens of its rows of logits (``Vocabulary.best``), found for all rows of the
+        forward at once and copied to the host in one piece; None for a request without logits or whose sampler
+        does not choose the best token (it looks at its logits itself)."""
+        spans, start = [], 0
+        for g, n in zip(got, answered):
+            spans.append((start, start + n) if g else None)
+            start += n if g else 0
+        out: list = [None] * len(requests)
+        groups: dict[int, list[int]] = {}  # requests by vocabulary (streams of one model may have prompt formats
+        # with other end tokens)
+        for i, (stream, _) in enumerate(requests):
+            if spans[i] is not None and stream.forced is None and getattr(stream.sampler, "picks_best", False):
+                groups.setdefault(id(stream.vocabulary), []).append(i)
+        for members in groups.values():
+            rows = [r for i in members for r in range(*spans[i])]
+            part = logits if len(rows) == logits.shape[0] else logits[torch.tensor(rows, device=logits.device)]
+            table = [tuple(r) for r in requests[members[0]][0].vocabulary.best(part).tolist()]
+            at = 0
+            for i in members:
+                n = spans[i][1] - spans[i][0]
+                out[i], at = table[at:at + n], at + n
+        return out
 
     def _stopped(self, requests, rows, counts, pairs, answered, hidden, layer: int) -> None:
         """A forward that stopped at ``layer``: each row back to what it kept; each stream gets its features."""
@@ -202,8 +231,8 @@ class Engine:
         forward stopped at the policy head's layer), hidden states (features), prompts to store, that layer)."""
         requests = sorted(requests, key=lambda sr: self._row(sr[0]))
         if len(requests) > 1:  # a shared forward: the alternatives' rows would cost every stream (measured), none fed
-            requests = [(s, replace(r, tokens=r.tokens[:len(r.tokens) - r.alternatives], alternatives=0))
-                        for s, r in requests]
+            requests = [(s, replace(r, tokens=r.tokens[:len(r.tokens) - r.alternatives], alternatives=0)
+                         if r.alternatives else r) for s, r in requests]
             crowded = self.guess_rows is not None and sum(len(r.tokens) - r.speculative
                                                           for _, r in requests) >= self.guess_rows
             if crowded:  # no guesses (see guess_rows)
@@ -229,7 +258,9 @@ class Engine:
         q_index = self._alternatives(requests, ends.tolist(), q_index, visible)
         distances = self._distances(requests, counts, visible, q_index, q_target) if self.runner.alibi else None
         answered = [1 + r.speculative + r.alternatives for _, r in requests]  # the list's last query, each guess
-        last = torch.cat([torch.arange(e - n, e) for e, n in zip(ends.tolist(), answered)])
+        answers = torch.tensor(answered)  # each request's answered queries are its last ones
+        last = torch.repeat_interleave(ends - answers - (torch.cumsum(answers, 0) - answers), answers) + torch.arange(
+            int(answers.sum()))
         features = any(s.wants_features for s, _ in requests)
         layers = {s.features_layer for s, r in requests if s.wants_features and r.decides}
         if len(layers) > 1:

@@ -9,8 +9,8 @@ cache. Training lays out the same list for a whole sentence and runs one forward
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 
 class Role(str, Enum):
@@ -32,8 +32,9 @@ class Role(str, Enum):
         return self in (Role.TARGET, Role.END)
 
 
-@dataclass(frozen=True)
-class PlacedToken:
+class PlacedToken(NamedTuple):
+    """(A named tuple: made, compared and hashed in C; the engine compares a stream's lists every step.)"""
+
     token_id: int
     position: int
     role: Role
@@ -65,10 +66,18 @@ def common_prefix_length(a: list[PlacedToken], b: list[PlacedToken]) -> int:
     prefix give every token of that prefix the same key/value: that prefix of the KV cache can be kept.
     """
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    # the common case, one list a prefix of the other: list comparison runs in C, and the lists mostly hold the
+    # same objects (compared by identity first)
+    if (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
+        return n
+    equal, unequal = 0, n  # the prefix of length ``equal`` is shared, that of length ``unequal`` is not
+    while unequal - equal > 1:
+        mid = (equal + unequal) // 2
+        if a[equal:mid] == b[equal:mid]:
+            equal = mid
+        else:
+            unequal = mid
+    return equal
 
 
 def labels_for(tokens: list[PlacedToken], ignore_index: int = -100) -> list[int]:

@@ -52,6 +52,8 @@ def first_argmax(scores: torch.Tensor) -> int:
 
 @dataclass
 class Greedy:
+    picks_best = True  # its choice is the best allowed token: the engine finds it for every row at once
+
     def choose(self, scores: torch.Tensor, step: int) -> tuple[int, float]:
         token = first_argmax(scores)
         return token, _log_prob(scores, token)

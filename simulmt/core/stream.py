@@ -74,6 +74,7 @@ from enum import Enum
 import torch
 
 from simulmt.errors import SimulmtError
+from simulmt.core.best_tokens import BestTokens
 from simulmt.core.layouts.base import Layout
 from simulmt.core.placed import PlacedToken, common_prefix_length, embedded_units, embedding_row
 from simulmt.core.policies import Action, Policy, StreamState
@@ -168,6 +169,23 @@ class Vocabulary:
         biases = {"banned": minus_inf(self.banned), "stops": minus_inf(self.stops),
                   "inside_word": minus_inf(~(self.word_starts | self.stops))}
         object.__setattr__(self, "_biases", {torch.device("cpu"): biases})
+        # the same tables as bytes, for a stream's per-token questions (a tensor lookup costs microseconds)
+        object.__setattr__(self, "_starts", bytes(self.word_starts.tolist()))
+        object.__setattr__(self, "_stops", bytes(self.stops.tolist()))
+        object.__setattr__(self, "_best", None)
+
+    def is_stop(self, token: int) -> bool:
+        return 0 <= token < len(self._stops) and bool(self._stops[token])
+
+    def is_word_start(self, token: int) -> bool:
+        return 0 <= token < len(self._starts) and bool(self._starts[token])
+
+    def best(self, logits: torch.Tensor) -> torch.Tensor:
+        """(rows, 2) the first argmax of each row without the banned tokens, and without the banned and the stops
+        (best_tokens.py): what greedy proposals and drafts need, for every row of a forward at once."""
+        if self._best is None:
+            object.__setattr__(self, "_best", BestTokens([self.banned, self.banned | self.stops]))
+        return self._best(logits)
 
     def bias(self, name: str, device: torch.device | str = "cpu") -> torch.Tensor:
         """(vocab,) float: -inf on the tokens of the named rule, 0 elsewhere; on ``device`` (the logits' device:
@@ -176,6 +194,18 @@ class Vocabulary:
         if device not in self._biases:  # (two threads may both copy; the dict keeps one)
             self._biases.setdefault(device, {k: v.to(device) for k, v in self._biases[torch.device("cpu")].items()})
         return self._biases[device][name]
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The decoding rules that exclude tokens from a proposal (``Stream._rules``), besides the special tokens."""
+
+    stops: bool  # the end tokens: the policy may not end a segment and the source is not finished
+    segment_ends: bool  # tokens that only end a segment: the source is finished
+    word_start: bool  # tokens that continue a word: the previous word is complete
+
+
+Answer = tuple  # (logits | None, hidden state | None, best tokens | None): the model's answer at one token
 
 
 class Status(str, Enum):
@@ -222,6 +252,8 @@ class Stream:
     # a forward shared by several streams feeds none, nor does one of an ALiBi model; docs/speech-cascade.md)
     stop_at_head = True  # a policy head on an inner layer: a READ stops the forward there (False: to measure it)
     read_ahead = True  # mid-word, feed what a READ would place when its source is here already (``_reading_guess``)
+    logprobs = False  # keep each target token's log-probability in ``target_logprobs`` (a pass over the vocabulary
+    # per token: for sequence-level training, not translation)
 
     def __init__(self, tokenizer, fmt: PromptFormat, layout: Layout, policy: Policy, vocabulary: Vocabulary,
                  config: DecodeConfig = DecodeConfig(), *, sampler: Sampler | None = None,
@@ -243,13 +275,13 @@ class Stream:
         # of the last forward if it stopped at ``features_layer``: the cache row does not hold ``tokens``
         self.state = layout.start(fmt)
         self.fed: list[PlacedToken] = []  # what the stream's cache row holds, in order (a guess may end it)
-        self.outputs: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}  # the last forward's answer:
-        # context length (tokens of ``fed`` up to and including the token) -> (logits, last hidden state)
+        self.outputs: dict[int, Answer] = {}  # the last forward's answers: context length (tokens of ``fed`` up to
+        # and including the token) -> (logits, last hidden state, best tokens: ``Vocabulary.best`` of the logits)
         self.drafts: tuple[int, ...] = ()  # after a READ: the target tokens the model is guessed to write next, best
         # first (the first is fed as the guess, the others as its alternatives)
         self.guessed = 0  # the last tokens of ``fed`` that were fed as a guess (speculative + alternatives)
         self.alternates = 0  # of those, the last ones that are alternatives (``ForwardRequest.alternatives``)
-        self.alternate_outputs: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}  # index in ``fed``
+        self.alternate_outputs: dict[int, Answer] = {}  # index in ``fed``
         self.move: tuple[int, int] | None = None  # an alternative the layout placed: its cache slot -> the guess's
         self.guessed_answers: set[int] = set()  # keys of ``outputs`` answered at a guessed token, not yet used
         self.answers_from_guesses = 0  # answers used at a guessed token: each is a forward saved
@@ -265,9 +297,11 @@ class Stream:
         self.held: int | None = None  # a proposal not yet acted on
         self._held_logprob = 0.0
         self._scores: torch.Tensor | None = None  # what the last proposal was chosen from (for a draft)
+        self._chosen_from: tuple[torch.Tensor, tuple[int, int], Rules] | None = None  # or, when it was the best
+        # token the engine found (``Vocabulary.best``): the logits, those best tokens and the rules then
         self.accepted = 0  # target tokens accepted (index into ``forced``)
         self.target_tokens: list[int] = []  # every target token accepted, in order
-        self.target_logprobs: list[float] = []  # the sampler's log-probability of each
+        self.target_logprobs: list[float] = []  # the sampler's log-probability of each (with ``logprobs`` on)
         self.segment_reads = self.segment_words = 0
         self.model_ended_segment = False
         self.done = False
@@ -363,7 +397,7 @@ class Stream:
                 return hidden
         return None
 
-    def _output(self, kept: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+    def _output(self, kept: int | None = None) -> Answer | None:
         """The model's answer (logits, hidden state) at the layout's last placed token, if the cache row holds the
         layout's whole list (and perhaps a guess after it) and the last forward answered there. ``kept``: the
         common prefix length of the two lists, when the caller has it."""
@@ -405,10 +439,10 @@ class Stream:
                 else:
                     self.layout.open_target(self.state)
                     self._settle_guesses()
-                    logits = self._logits(draft=True)
-                    if logits is None:
+                    answer = self._logits(draft=True)
+                    if answer is None:
                         return Status.NEEDS_MODEL
-                    self.held = self._propose(logits)
+                    self.held = self._propose(answer[0], answer[2])
             token = self.held
             if self.current and (self._is_end(token) or self._starts_word(token)):
                 self._commit(words)  # the word is complete; the policy decides before the proposal is used
@@ -437,7 +471,7 @@ class Stream:
         fed) the answer stands, even for a learned policy whose features are now the opener's. None: the policy
         needs the hidden state of what was read, and a forward was requested."""
         state = self.stream_state()
-        point = replace(state, features=None)
+        point = state if state.features is None else replace(state, features=None)
         if self._decision is not None and self._decision[0] == point:
             return self._decision[1]
         consults = getattr(self.policy, "consults_head", None)  # without it: the features, if they are at hand
@@ -448,8 +482,8 @@ class Stream:
         return action
 
     # ---- the model side --------------------------------------------------------------------------------------
-    def _logits(self, draft: bool = False) -> torch.Tensor | None:
-        """The logits of the layout's last placed token if the cache row holds the whole list; otherwise post a
+    def _logits(self, draft: bool = False) -> Answer | None:
+        """The answer (logits, ...) at the layout's last placed token if the cache row holds the whole list; otherwise post a
         ``ForwardRequest`` (keep the common prefix, feed the rest) and return None. ``draft``: a proposal is asked
         for; if a READ dropped one (``self.drafts``), it is fed after the list as a guess (speculative decoding with
         the old proposal as the draft), its alternatives after it: proposed again, it needs no forward of its own."""
@@ -459,7 +493,7 @@ class Stream:
         if output is not None and output[0] is not None:
             if draft:
                 self.drafts = ()  # (a forward that fed them as guesses answered here, or they were not needed)
-            return output[0]
+            return output
         keep = min(kept, len(target) - 1)  # the last token's logits are needed
         new = tuple(target[keep:])
         if self.max_positions is not None and max(t.position for t in new) >= self.max_positions:
@@ -564,14 +598,16 @@ class Stream:
         return guesses
 
     def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None,
-                served: ForwardRequest | None = None, stopped: bool = False) -> None:
+                served: ForwardRequest | None = None, stopped: bool = False,
+                best: list[tuple[int, int]] | None = None) -> None:
         """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
         if any were fed). ``logits`` (1 + speculative + alternatives, vocab), None when the request asked for none
         (or its ``logits_if`` said no); ``features`` (the same rows, hidden): the last hidden states, when the policy
         wants them. ``served``: the request as the engine served it, if not as posted (a forward shared by several
         streams leaves the alternatives out). ``stopped``: the forward stopped at the policy head's layer (the
         request's ``reads_on`` said so): the cache row holds the first ``keep`` tokens only, and ``features`` has the
-        decision's row; the tokens are fed again, whole, with the next request."""
+        decision's row; the tokens are fed again, whole, with the next request. ``best``: per row of ``logits``,
+        ``Vocabulary.best`` of it, when the engine computed them (for all rows of the forward at once)."""
         request, self.pending = self.pending, None
         if request is None:
             raise SimulmtError("receive() without a pending forward request")
@@ -599,8 +635,8 @@ class Stream:
             return
         self.fed = self.fed[: request.keep] + list(request.tokens)
         self.guessed, self.alternates = request.speculative + request.alternatives, request.alternatives
-        answers = [(None if logits is None else logits[i], None if features is None else features[i])
-                   for i in range(1 + request.speculative + request.alternatives)]
+        answers = [(None if logits is None else logits[i], None if features is None else features[i],
+                    None if best is None else best[i]) for i in range(1 + request.speculative + request.alternatives)]
         chain = len(self.fed) - request.alternatives  # tokens up to the last guess, in cache order
         self.outputs = {chain - request.speculative + i: answers[i] for i in range(1 + request.speculative)}
         self.guessed_answers = set(range(chain - request.speculative + 1, chain + 1))
@@ -650,9 +686,10 @@ class Stream:
         self._settle_guesses()
         self.current.append(token)
         self.target_tokens.append(token)
-        self.target_logprobs.append(self._held_logprob)
+        if self.logprobs:
+            self.target_logprobs.append(self._held_logprob)
         self.accepted += 1
-        self.held = self._scores = None
+        self.held = self._scores = self._chosen_from = None
 
     def _commit(self, words: list[WrittenWord]) -> None:
         if not self.current:
@@ -676,23 +713,31 @@ class Stream:
         return int(self.config.max_len_a * len(self.units)) + self.config.max_len_b
 
     def _is_end(self, token: int) -> bool:
-        stops = self.vocabulary.stops
-        return token < len(stops) and bool(stops[token])
+        return self.vocabulary.is_stop(token)
 
     def _starts_word(self, token: int) -> bool:
         if self.forced is not None:  # teacher forcing: the word index says where words start
             return self.forced[self.accepted][1] != len(self.written)
-        starts = self.vocabulary.word_starts
-        return token < len(starts) and bool(starts[token])
+        return self.vocabulary.is_word_start(token)
 
-    def _propose(self, logits: torch.Tensor) -> int:
+    def _propose(self, logits: torch.Tensor, best: tuple[int, int] | None = None) -> int:
+        """The next token from the answer's ``logits`` under the decoding rules. A greedy sampler's choice is the
+        best allowed token: where the engine found it for every row at once (``best``) and the rules it does not
+        know allow it, it is taken as it is, with no pass over the vocabulary here."""
         if self.forced is not None:
             if self.accepted >= len(self.forced):
                 raise SimulmtError("teacher forcing ran past the forced target")
             token, self._held_logprob = self.sampler.choose(logits, self.accepted)
         else:
-            self._scores = self._allowed(logits)
-            token, self._held_logprob = self.sampler.choose(self._scores, self.accepted)
+            rules = self._rules()
+            token = self._best_allowed(best, rules) if best is not None and getattr(self.sampler, "picks_best", False) else None
+            if token is not None:
+                self._scores, self._chosen_from = None, (logits, best, rules)
+                if self.logprobs:
+                    self._held_logprob = float(torch.log_softmax(self._allowed(logits, rules).float(), -1)[token])
+            else:
+                self._scores, self._chosen_from = self._allowed(logits, rules), None
+                token, self._held_logprob = self.sampler.choose(self._scores, self.accepted)
             self.choices[len(self.state.tokens)] = token  # what the model chose, before any rule below overrides it
             if token in repeated_ngram_bans(self.target_tokens, self.config.no_repeat_ngram):
                 # the model wants to repeat itself: it has nothing new to say, which is an end proposal
@@ -700,7 +745,7 @@ class Stream:
                 if self.source_finished or self.policy.lets_model_end_segment:
                     token = self.fmt.end_id
                 else:
-                    scores = self._allowed(logits)
+                    scores = self._allowed(logits, rules)
                     scores[list(repeated_ngram_bans(self.target_tokens, self.config.no_repeat_ngram))] = -torch.inf
                     token, self._held_logprob = self.sampler.choose(scores, self.accepted)
         if self.record:
@@ -714,11 +759,18 @@ class Stream:
         if self.forced is not None:
             token = self.forced[self.accepted][0] if self.accepted < len(self.forced) else None
             return () if token is None or self._is_end(token) else (token,)
-        if self._scores is None:
-            return (self.held,) if self.held is not None and not self._is_end(self.held) else ()
         first = () if self.held is None or self._is_end(self.held) else (self.held,)
+        if self._scores is None and self._chosen_from is None:
+            return first
         if first and not self.alternatives:  # (the default: no pass over the vocabulary)
             return first
+        if self._scores is None:  # the proposal was the engine's best token: its best that is not a stop
+            logits, best, rules = self._chosen_from
+            if not self.alternatives:
+                token = self._best_allowed(best, replace(rules, stops=True))
+                if token is not None or best[1] < 0:
+                    return () if token is None else (token,)
+            self._scores = self._allowed(logits, rules)  # (a rule it does not know: as before, from the scores)
         scores = self._scores[: len(self.vocabulary.stops)] + self.vocabulary.bias("stops", self._scores.device)
         if first:
             scores[first[0]] = float("-inf")
@@ -726,16 +778,34 @@ class Stream:
         return (first + tuple(int(t) for t, v in zip(best.indices, best.values) if v > float("-inf")))[
             : 1 + self.alternatives]
 
-    def _allowed(self, logits: torch.Tensor) -> torch.Tensor:
-        """The logits with what may not be proposed now set to -inf (additive biases: no per-step indexing)."""
+    def _rules(self) -> Rules:
+        """Which decoding rules exclude tokens now (besides the special tokens, always excluded)."""
+        return Rules(stops=not self.source_finished and not self.policy.lets_model_end_segment,
+                     segment_ends=bool(self.source_finished and self.segment_ends),  # e.g. end-of-write: nothing
+                     # is left to read
+                     word_start=bool(not self.current and self.written and self.layout.continues_text(self.state)))
+                     # the previous word is complete: the next token must start a new word (or end)
+
+    def _best_allowed(self, best: tuple[int, int], rules: Rules) -> int | None:
+        """The best token the rules allow, from the engine's best tokens (``Vocabulary.best``: without the special
+        tokens, and without them and the stops); None where it cannot tell (a rule excludes that token, or no token
+        is left): the scores must be looked at."""
+        token = best[1] if rules.stops else best[0]
+        if token < 0 or (rules.segment_ends and token in self.segment_ends):
+            return None
+        if rules.word_start and not (self.vocabulary.is_word_start(token) or self.vocabulary.is_stop(token)):
+            return None
+        return token
+
+    def _allowed(self, logits: torch.Tensor, rules: Rules) -> torch.Tensor:
+        """The logits with what ``rules`` exclude set to -inf (additive biases: no per-step indexing)."""
         v = self.vocabulary
         scores = logits[: len(v.word_starts)] + v.bias("banned", logits.device)
-        if not self.source_finished and not self.policy.lets_model_end_segment:
+        if rules.stops:
             scores = scores + v.bias("stops", logits.device)
-        if self.source_finished and self.segment_ends:  # e.g. end-of-write: nothing is left to read
+        if rules.segment_ends:
             scores[self.segment_ends] = float("-inf")
-        if not self.current and self.written and self.layout.continues_text(self.state):
-            # the previous word is complete: the next token must start a new word (or end)
+        if rules.word_start:
             scores = scores + v.bias("inside_word", logits.device)
         if len(logits) > len(scores):  # logits beyond the tokenizer's vocabulary are never proposed
             scores = torch.cat([scores, logits.new_full((len(logits) - len(scores),), float("-inf"))])

@@ -1,0 +1,154 @@
+"""The engine's own cost: its work per stream and round when the model's forward costs nothing.
+
+What a GPU sees as host time: the engine drives a "model" whose forward returns logits at once (rows of a fixed
+score table, peaked on a scripted German text so that words, word ends and sentence ends come as a translation's
+would), with the real tokenizer and vocabulary size of the model given (default: the converted Gemma-3-270M, 262k
+tokens: the decoding rules' vocabulary-wide work is counted). Everything else is the engine's: the streams' steps
+(policy, layout, decoding rules, sampler), the requests, the cache's bookkeeping (rows, crops, key sides), the
+visibility masks and positions. The fake forward's own time (making the logits) is measured and left out.
+
+    python benchmarks/engine_cost.py [--streams 1,16,64,256] [--model DIR] [--threads 1] [--profile 64]
+
+Prints, per stream count: rounds, forwards, target tokens, microseconds per stream per round (the engine's time
+divided by rounds x live streams) and per forward. ``--profile N``: cProfile of the run at N streams (top 25).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+from pathlib import Path
+
+import torch
+
+SOURCE = ("A man in a blue shirt is standing on a ladder cleaning windows while two children play in the park "
+          "and a dog runs after a red ball near the old stone bridge over the river").split()
+TARGET = ("Ein Mann in einem blauen Hemd steht auf einer Leiter und putzt Fenster, während zwei Kinder im Park "
+          "spielen und ein Hund einem roten Ball nahe der alten Steinbrücke über den Fluss nachläuft.")
+
+
+class FreeForward:
+    """``forward_packed`` that computes nothing: the logits of query ``q`` peak on the scripted token at its
+    position (and on a second choice), over a fixed random table; no hidden states."""
+
+    def __init__(self, vocab: int, script: list[int]):
+        g = torch.Generator().manual_seed(0)
+        self.base = torch.randn(vocab, generator=g)
+        self.script = script
+        self.seconds = 0.0
+
+    def __call__(self, ids, positions, visible, q_index, last, cache, features, *, distances=None, embedded=None,
+                 head_rows=None, features_layer=None, stop=None):
+        start = time.perf_counter()
+        n = len(last)
+        logits = self.base.repeat(n, 1)
+        at = positions[last].tolist()
+        rows = torch.arange(n)
+        first = torch.tensor([self.script[p % len(self.script)] for p in at])
+        second = torch.tensor([self.script[(p + 7) % len(self.script)] for p in at])
+        logits[rows, second] = 15.0
+        logits[rows, first] = 20.0
+        if head_rows is not None:  # (a learned policy's conditional rows: every row asks here)
+            head_rows(torch.zeros(n, 1))
+        self.seconds += time.perf_counter() - start
+        return logits, None
+
+
+def script_tokens(tokenizer, end_id: int) -> list[int]:
+    """The target text's tokens with an end every sentence-length or so."""
+    ids = tokenizer(TARGET, add_special_tokens=False)["input_ids"]
+    return ids + [end_id] + ids[: len(ids) // 2] + [end_id]
+
+
+def translator_for(model_dir: str | None):
+    import transformers
+
+    from simulmt.translator import Translator
+
+    if model_dir:
+        tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+        vocab = transformers.AutoConfig.from_pretrained(model_dir).get_text_config().vocab_size
+    else:  # the tests' tiny tokenizer (no real model needed)
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from tiny_models import make_tokenizer
+
+        tok = make_tokenizer(chat=True)
+        vocab = len(tok)
+    config = transformers.Gemma3TextConfig(vocab_size=vocab, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+                                           num_attention_heads=1, num_key_value_heads=1, head_dim=8,
+                                           max_position_embeddings=4096, layer_types=["full_attention"])
+    tr = Translator(transformers.Gemma3ForCausalLM(config).eval(), tok, name="free-forward")
+    free = FreeForward(tr.runner.compute.vocab, script_tokens(tok, tr.fmt.end_id))
+    tr.runner.forward_packed = free
+    return tr, free
+
+
+def run(tr, free, streams: int, sentences: int, layout: str, policy: str, k: int) -> dict:
+    from simulmt.core.engine import Engine, run_batched
+
+    def make(i: int):
+        s = tr.new_stream(layout, policy, k=k)
+        s.push(SOURCE[: 12 + i % 17], finished=True)
+        return s
+
+    engine = Engine(tr.runner)
+    rounds = live = 0
+    step = engine.step
+
+    def counted():
+        nonlocal rounds, live
+        rounds += 1
+        live += len(engine.streams)
+        return step()
+
+    engine.step = counted
+    free.seconds = 0.0
+    start = time.perf_counter()
+    done = run_batched([make(i) for i in range(sentences)], engine, streams)
+    total = time.perf_counter() - start
+    own = total - free.seconds
+    words = sum(len(s.result().prediction.split()) for s in done)
+    return dict(rounds=rounds, forwards=engine.stats.forwards, words=words, own=own, model=free.seconds,
+                per_stream_round=own / live * 1e6, per_forward=own / max(1, engine.stats.forwards) * 1e3,
+                errors=sum(s.error is not None for s in done))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", default="1,16,64,256")
+    parser.add_argument("--model", default=str(Path.home() / ".cache/simulmt/models/gemma-3-270m"),
+                        help="tokenizer and vocabulary of this model ('tiny': the tests' tokenizer)")
+    parser.add_argument("--layout", default="expost")
+    parser.add_argument("--policy", default="wait-k")
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--rounds-per-size", type=int, default=2, help="sentences = this x streams (at least 8)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--profile", type=int, default=0, help="cProfile the run at this many streams")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    tr, free = translator_for(None if args.model == "tiny" else args.model)
+    print(f"engine cost, zero-cost forward: vocab {tr.runner.compute.vocab}, {args.layout} {args.policy}"
+          f" k={args.k}, {args.threads} thread(s)")
+    run(tr, free, 4, 8, args.layout, args.policy, args.k)  # warm-up
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        run(tr, free, args.profile, max(8, args.rounds_per_size * args.profile), args.layout, args.policy, args.k)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        return
+    print(f"{'streams':>8} {'rounds':>7} {'forwards':>8} {'words':>6} {'engine s':>8} {'fake s':>7} "
+          f"{'us/stream/round':>15} {'ms/forward':>10}")
+    for n in [int(x) for x in args.streams.split(",")]:
+        r = run(tr, free, n, max(8, args.rounds_per_size * n), args.layout, args.policy, args.k)
+        print(f"{n:8d} {r['rounds']:7d} {r['forwards']:8d} {r['words']:6d} {r['own']:8.2f} {r['model']:7.2f} "
+              f"{r['per_stream_round']:15.1f} {r['per_forward']:10.2f}" + (f"  ({r['errors']} failed)"
+                                                                            if r['errors'] else ""))
+
+
+if __name__ == "__main__":
+    main()
