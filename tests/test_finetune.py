@@ -241,6 +241,71 @@ def test_a_few_steps_lower_the_loss(corpus, tmp_path, full, bf16):
     written = json.loads((tmp_path / "run" / "training.json").read_text())
     assert written["steps"] == 8 and written["tokens_per_s"] > 0 and written["average_train_length"] > 20
     assert written["data"]["examples"] == 16 and written["serve_with"]["layout"] == "expost"
+    assert written["activation_checkpointing"] == {"on": False, "why": "auto: off on a CPU (memory is not what limits it)"}
+    assert written["weights_dtype"] == "float32"  # (a CPU run keeps float32 weights, --bf16 or not)
+    assert set(written["timing"]) == {"startup_seconds", "load_seconds", "layout_seconds", "train_seconds",
+                                      "save_seconds"}
+    if not full:  # the adapter alone: no copy of the embedding matrix
+        assert not any("embed" in k for k in safetensors_keys(saved / "adapter_model.safetensors"))
+
+
+def safetensors_keys(path) -> list[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return list(f.keys())
+
+
+def test_laying_out_from_one_batched_encode_gives_the_same_examples():
+    """``Pretokenized`` answers each word's encode from one batched call: the same ids as word by word, special
+    token strings in the text spelled out as plain text all the same."""
+    from simulmt.finetune.pretokenized import Pretokenized
+
+    tr = fresh_translator("llama")
+    pairs = [data.Pair(s, t) for s, t in zip(CORPUS[:12], CORPUS[12:24])]
+    pairs.append(data.Pair("say <eos> and </s> twice", "sag <eos> zweimal"))
+    words = {w for p in pairs for w in (p.source + " " + p.target).split()}
+    fast = Pretokenized.for_pairs(tr.tokenizer, pairs)
+    for w in sorted(words):
+        for text in (w, " " + w):
+            assert fast(text, add_special_tokens=False, split_special_tokens=True)["input_ids"] == tr.tokenizer(
+                text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    r = recipe("expost", ks=(1, 3))
+    built = data.build_dataset(r, tr.fmt, tr.tokenizer, pairs, 512, seed=0)
+
+    class Plain:  # word by word, the tokenizer itself
+        @staticmethod
+        def for_pairs(tokenizer, pairs):
+            return tokenizer
+    original, data.Pretokenized = data.Pretokenized, Plain
+    try:
+        plain = data.build_dataset(r, tr.fmt, tr.tokenizer, pairs, 512, seed=0)
+    finally:
+        data.Pretokenized = original
+    assert len(built.items) == len(plain.items) == len(pairs)
+    for a, b in zip(built.items, plain.items):
+        assert set(a) == set(b) and all((a[k] == b[k]).all() for k in a)
+
+
+def test_weights_dtype_and_activation_checkpointing_choices(monkeypatch, tmp_path, corpus):
+    from simulmt.finetune.trainer import choose_checkpointing, model_load_dtype
+
+    lora_bf16, full_bf16 = options(corpus, tmp_path, bf16=True), options(corpus, tmp_path, bf16=True, full=True)
+    assert model_load_dtype(lora_bf16, "cuda:0") == torch.bfloat16  # frozen weights in the training dtype
+    assert model_load_dtype(full_bf16, "cuda:0") == torch.float32  # master weights of a full fine-tune
+    assert model_load_dtype(lora_bf16, "cpu") == torch.float32
+    assert model_load_dtype(options(corpus, tmp_path), "cuda:0") == torch.float32
+    model = fresh_translator("llama").model
+    assert choose_checkpointing(options(corpus, tmp_path, activation_checkpointing="on"), model, 40, "cpu")[0]
+    assert not choose_checkpointing(options(corpus, tmp_path, activation_checkpointing="off"), model, 40, "cuda:0")[0]
+    assert not choose_checkpointing(options(corpus, tmp_path), model, 40, "cpu")[0]
+    free = {"bytes": 10 * 2**30}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 80 * 2**30))
+    on, why = choose_checkpointing(options(corpus, tmp_path), model, 40, "cuda:0")
+    assert not on and why.startswith("auto: off")
+    free["bytes"] = 2**20  # a GPU with 1 MiB free: the activations do not fit
+    on, why = choose_checkpointing(options(corpus, tmp_path), model, 40, "cuda:0")
+    assert on and why.startswith("auto: on")
 
 
 def test_the_n_mix_option_draws_chunk_sizes(corpus, tmp_path):

@@ -28,6 +28,7 @@ import torch
 from simulmt.errors import SimulmtError
 from simulmt.core.examples import IGNORE, TrainingExample
 from simulmt.text_input import read_lines, require_text
+from simulmt.finetune.pretokenized import Pretokenized
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,7 @@ def build_dataset(recipe, fmt, tokenizer, pairs: list[Pair], max_length: int, se
     rebuilds the same data)."""
     rng = random.Random(seed)
     stats, items = BuildStats(), []
+    tokenizer = Pretokenized.for_pairs(tokenizer, pairs)  # every word encoded in one batched call
     iterator = pairs
     if progress:
         from tqdm import tqdm

@@ -105,6 +105,10 @@ class FinetuneOptions:
         "help": "batch order: group_by_length (less padding) or random", "choices": ("group_by_length", "random")})
     bf16: bool = field(default=False, metadata={
         "help": "bfloat16 mixed precision (autocast; as in the paper): GPUs, and CPUs with AVX512-BF16 or AMX"})
+    activation_checkpointing: str = field(default="auto", metadata={
+        "help": "recompute activations in the backward pass to save memory (slower): auto turns it on only when "
+                "the estimated activations of a batch would not fit the GPU's free memory (never on a CPU), and "
+                "says what it chose", "choices": ("auto", "on", "off")})
     deepspeed: str | None = field(default=None, metadata={
         "help": "DeepSpeed config JSON, passed to the Hugging Face Trainer (shipped: simulmt/finetune/configs/)",
         "metavar": "FILE"})

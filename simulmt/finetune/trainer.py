@@ -20,8 +20,10 @@ wrappers see a normal call.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -86,13 +88,14 @@ class SimulTrainer(Trainer):
         self.run_padded = 0  # tokens fed including padding
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        """A LoRA adapter that also trains a few added tokens (the interleaved markers) is saved with their rows
-        only: peft would otherwise save the whole resized embedding (335 MB for Gemma's 262k vocabulary). The
-        base rows are deterministic (``simulmt.core.markers.grow_embeddings``), so the rows' deltas suffice."""
+        """A LoRA adapter is saved without the embedding matrix: peft's ``save_embedding_layers="auto"`` would save
+        it whole when it thinks the vocabulary changed (335 MB for Gemma's 262k vocabulary), and to decide it asks
+        the hub for the base model's config (a wait on a machine without network). An adapter that also trains a
+        few added tokens (the interleaved markers) saves their rows' deltas: the base rows are deterministic
+        (``simulmt.core.markers.grow_embeddings``)."""
         from peft import PeftModel
 
-        config = getattr(self.model, "peft_config", {}).get("default")
-        if not (isinstance(self.model, PeftModel) and getattr(config, "trainable_token_indices", None)):
+        if not isinstance(self.model, PeftModel):
             return super()._save(output_dir, state_dict)
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         if self.args.should_save:
@@ -266,8 +269,6 @@ def _check_output(options: FinetuneOptions, out: Path) -> str | None:
 
 def _world_size() -> int:
     """Processes of this run as the launcher (torchrun, accelerate) set them up."""
-    import os
-
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
@@ -379,8 +380,59 @@ def _total_steps(options: FinetuneOptions, examples: int, world_size: int = 1) -
     return max(1, math.ceil(per_epoch * options.epochs))
 
 
-def training_arguments(options: FinetuneOptions, out: Path, total_steps: int) -> TrainingArguments:
+def training_device() -> str:
+    """Where this process trains: its GPU (``LOCAL_RANK`` under torchrun / accelerate), else the CPU."""
+    if torch.cuda.is_available():
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return "cpu"
+
+
+def model_load_dtype(options: FinetuneOptions, device: str) -> torch.dtype:
+    """The dtype the model's weights are loaded in. A LoRA run with ``--bf16`` on a GPU keeps its frozen weights in
+    bfloat16: autocast computes in bfloat16 anyway, and float32 copies cost twice the memory and a cast of every
+    weight at every use (the adapter's own weights stay float32: peft). A full fine-tune keeps float32 master
+    weights (AdamW's small updates are lost in bfloat16 weights), and so does a CPU run (its autocast is opt-in)."""
+    if options.bf16 and not options.full and device.startswith("cuda"):
+        return torch.bfloat16
+    return torch.float32
+
+
+def activation_bytes(model, batch: int, length: int) -> int:
+    """Estimated memory of the activations a training step keeps for its backward pass (Korthikanti et al. 2022,
+    per layer s·b·h·(34 + 5·a·s/h) bytes in 16-bit, eager attention), plus the logits (float32 and their gradient)
+    of every position: a bound for a batch of ``batch`` sequences of ``length`` tokens."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    h, a, layers = config.hidden_size, config.num_attention_heads, config.num_hidden_layers
+    per_layer = length * batch * h * (34 + 5 * a * length / h)
+    logits = 2 * 4 * batch * length * config.vocab_size
+    return int(layers * per_layer + logits)
+
+
+def choose_checkpointing(options: FinetuneOptions, model, longest: int, device: str) -> tuple[bool, str]:
+    """(recompute activations?, why): ``--activation-checkpointing on/off`` as given; ``auto`` on only on a GPU
+    where a batch of the longest examples would not leave its estimated activations room in free memory."""
+    if options.activation_checkpointing != "auto":
+        return options.activation_checkpointing == "on", f"--activation-checkpointing {options.activation_checkpointing}"
+    if not device.startswith("cuda"):
+        return False, "auto: off on a CPU (memory is not what limits it)"
+    need = activation_bytes(model, options.batch_size, longest)
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    on_device = next(model.parameters()).device.type == "cuda"  # (else its weights still have to move there)
+    weights = 0 if on_device else sum(p.numel() * p.element_size() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    room = free - weights - 16 * trainable  # weights, and float32 grads + AdamW moments + master copy of the trained
+    on = need > 0.8 * room
+    return on, (f"auto: {'on' if on else 'off'}, a batch of {options.batch_size} x {longest} tokens needs about "
+                f"{need / 2**30:.1f} GiB of activations, {max(room, 0) / 2**30:.1f} GiB free")
+
+
+def training_arguments(options: FinetuneOptions, out: Path, total_steps: int,
+                       checkpointing: bool = False) -> TrainingArguments:
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    recompute = ("activation_checkpointing" if "activation_checkpointing" in fields  # (transformers renamed it)
+                 else "gradient_checkpointing")
     return TrainingArguments(
+        **{recompute: checkpointing},
         output_dir=str(out),
         per_device_train_batch_size=options.batch_size,
         gradient_accumulation_steps=options.grad_accum,
@@ -421,6 +473,7 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
     from simulmt.translator import Translator
 
     progress = sys.stderr.isatty() if progress is None else progress
+    started_at = time.perf_counter()
     out = Path(options.output).expanduser()
     if not options.dry_run:  # a folder that cannot be written is refused before the data and the model load
         check_output_dir(out)
@@ -443,7 +496,8 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
         from simulmt.models import load_model
 
         _say(f"loading {model_name} ...")
-        loaded = load_model(model_name, device="cpu")
+        device = training_device() if not options.deepspeed else "cpu"  # (DeepSpeed places the weights itself)
+        loaded = load_model(model_name, device=device, dtype=model_load_dtype(options, device))
         translator = Translator(loaded.model, loaded.tokenizer, source_lang=options.source_lang,
                                 target_lang=options.target_lang, name=model_name)
     recipe = make_recipe(options)
@@ -454,10 +508,11 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
         _say(f"added {', '.join(markers)} as tokens {', '.join(map(str, new_tokens))}")
         translator = Translator(translator.model, translator.tokenizer, source_lang=options.source_lang,
                                 target_lang=options.target_lang, name=translator.name)
-    built = time.perf_counter()
+    built = loaded_at = time.perf_counter()
     dataset = data.build_dataset(recipe, translator.fmt, translator.tokenizer, pairs, options.max_length,
                                  options.seed, progress=progress)
     stats = dataset.stats
+    layout_seconds = time.perf_counter() - built
     _say(f"{recipe.describe()}: {len(pairs)} pairs -> {stats.examples} examples, average length "
          f"{stats.average_length:.1f} tokens, {stats.label_tokens} labelled tokens "
          f"({stats.too_long} too long, {stats.unplaceable} refused) in {time.perf_counter() - built:.1f} s")
@@ -475,7 +530,11 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
     pad_id = pad_id if pad_id is not None else translator.fmt.end_id
     collator = SimulCollator(recipe.visibility, types, window, pad_id, alibi=adopt_alibi(model))
     total_steps = _total_steps(options, len(dataset))
-    args = training_arguments(options, out, total_steps)
+    device = str(next(model.parameters()).device) if not options.deepspeed else "cpu"
+    checkpointing, why = choose_checkpointing(options, model, max(len(e["input_ids"]) for e in dataset.items),
+                                              training_device() if device == "cpu" and not options.deepspeed else device)
+    _say(f"activation checkpointing {why}")
+    args = training_arguments(options, out, total_steps, checkpointing)
     limit = TimeLimit(options.max_minutes) if options.max_minutes else None
     trainer = SimulTrainer(model=model, args=args, train_dataset=dataset, data_collator=collator,
                            processing_class=translator.tokenizer, callbacks=[*callbacks, *([limit] if limit else [])],
@@ -495,6 +554,7 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
          f"{options.grad_accum} sequences" + (f", resuming from {resume_from}" if resume_from else ""))
 
     started, cpu_started = time.perf_counter(), time.process_time()
+    startup = started - started_at
     result = trainer.train(resume_from_checkpoint=resume_from)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     state = trainer.state
@@ -520,8 +580,15 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
                             **({"marker_lr": trainer.marker_lr} if trainer.marker_lr is not None else {})},
     })
     final_dir = out / ("model" if options.full else "adapter")
+    saving = time.perf_counter()
     trainer.save_model(str(final_dir))  # PEFT: the adapter only; --full: a whole checkpoint (+ the tokenizer)
     card["saved"] = str(final_dir)
+    card["weights_dtype"] = str(next(p.dtype for p in model.parameters() if not p.requires_grad) if not options.full
+                                else next(model.parameters()).dtype).replace("torch.", "")
+    card["activation_checkpointing"] = {"on": checkpointing, "why": why}
+    card["timing"] = {"startup_seconds": round(startup, 1), "load_seconds": round(loaded_at - started_at, 1),
+                      "layout_seconds": round(layout_seconds, 1), "train_seconds": round(seconds, 1),
+                      "save_seconds": round(time.perf_counter() - saving, 1)}
     if trainer.is_world_process_zero():
         if dev:
             # Decode without the mixed-precision wrapper accelerate put around forward: under autocast every call
@@ -593,7 +660,6 @@ def launch_command(options: FinetuneOptions) -> list[str]:
 def run_finetune(options: FinetuneOptions, parser=None) -> int:
     """The CLI entry: run (or dry-run) the fine-tuning; a ``SimulmtError`` is printed, exit code 1.
     ``--num-processes N`` (outside a launcher) starts N processes with torchrun and waits for them."""
-    import os
     import subprocess
 
     launched = "WORLD_SIZE" in os.environ
