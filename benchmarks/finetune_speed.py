@@ -78,6 +78,25 @@ def bare_loop(options, steps: int, device: str) -> dict:
     return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
 
 
+class StepClock:
+    """A Trainer callback: the time and tokens at the end of each optimizer step (steady-state speed)."""
+
+    def __init__(self):
+        from transformers import TrainerCallback
+
+        class _Clock(TrainerCallback):
+            def on_step_end(inner, args, state, control, **kwargs):
+                self.marks.append((time.perf_counter(), state.num_input_tokens_seen))
+        self.marks: list[tuple[float, int]] = []
+        self.callback = _Clock()
+
+    def steady_tokens_per_s(self, skip: int = 2) -> float | None:
+        if len(self.marks) <= skip + 1:
+            return None
+        (t0, n0), (t1, n1) = self.marks[skip], self.marks[-1]
+        return (n1 - n0) / (t1 - t0)
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -96,6 +115,8 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", default=None, help="write the figures as JSON here")
+    parser.add_argument("--profile", action="store_true", help="cProfile simulmt finetune (top 45, cumulative)")
+    parser.add_argument("--bare-first", action="store_true", help="run the bare loop before simulmt finetune")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from simulmt.finetune.options import FinetuneOptions
@@ -106,19 +127,32 @@ def main() -> None:
                                   model=args.model, recipe=args.recipe, max_steps=args.steps, batch_size=args.batch,
                                   grad_accum=1, eval_lines=0, output=str(Path(tmp) / "run"), save_steps=10**6,
                                   logging_steps=max(1, args.steps // 4), bf16=args.bf16)
+        bare = bare_loop(options, args.steps, args.device) if args.bare_first else None
+        clock = StepClock()
         start = time.perf_counter()
-        card = finetune(options, progress=False)
+        if args.profile:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        card = finetune(options, progress=False, callbacks=(clock.callback,))
         command = time.perf_counter() - start
-        bare = bare_loop(options, args.steps, args.device)
+        if args.profile:
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
+        bare = bare_loop(options, args.steps, args.device) if not args.bare_first else bare
     loop = card["tokens_per_s"]
     timing = card.get("timing", {})
     result = {"model": args.model, "device": args.device, "bf16": args.bf16, "batch": args.batch, "steps": args.steps,
-              "finetune_loop_tokens_per_s": loop, "finetune_command_seconds": round(command, 1),
+              "finetune_loop_tokens_per_s": loop,
+              "finetune_steady_tokens_per_s": round(clock.steady_tokens_per_s() or 0, 1), "finetune_command_seconds": round(command, 1),
               "finetune_command_tokens_per_s": round(card["tokens_this_run"] / command, 1),
               "startup_seconds": timing.get("startup_seconds"), "layout_seconds": timing.get("layout_seconds"),
               "save_seconds": timing.get("save_seconds"), "activation_checkpointing": card.get("activation_checkpointing"),
               "weights_dtype": card.get("weights_dtype"),
-              "bare_tokens_per_s": round(bare["tokens_per_s"], 1), "loop_over_bare": round(loop / bare["tokens_per_s"], 3)}
+              "bare_tokens_per_s": round(bare["tokens_per_s"], 1), "loop_over_bare": round(loop / bare["tokens_per_s"], 3),
+              "steady_over_bare": round((clock.steady_tokens_per_s() or 0) / bare["tokens_per_s"], 3)}
     print(json.dumps(result, indent=1))
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
