@@ -68,7 +68,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 
 import torch
@@ -301,6 +301,7 @@ class Stream:
         # token the engine found (``Vocabulary.best``): the logits, those best tokens and the rules then
         self.accepted = 0  # target tokens accepted (index into ``forced``)
         self.target_tokens: list[int] = []  # every target token accepted, in order
+        self._ngrams: dict[tuple[int, ...], set[int]] = {}  # every (n-1)-gram of them -> the tokens that followed it
         self.target_logprobs: list[float] = []  # the sampler's log-probability of each (with ``logprobs`` on)
         self.segment_reads = self.segment_words = 0
         self.model_ended_segment = False
@@ -542,9 +543,9 @@ class Stream:
     def _scratch_state(self):
         """A copy of the layout's state to try placements on (its lists copied: the stream's own stay as they are)."""
         scratch = copy.copy(self.state)
-        for f in fields(scratch):
-            if isinstance(getattr(scratch, f.name), list):
-                setattr(scratch, f.name, list(getattr(scratch, f.name)))
+        for name, value in vars(scratch).items():
+            if isinstance(value, list):
+                setattr(scratch, name, list(value))
         return scratch
 
     def _opening_guess(self) -> tuple[tuple[PlacedToken, ...], tuple[PlacedToken, ...]]:
@@ -686,6 +687,9 @@ class Stream:
         self._settle_guesses()
         self.current.append(token)
         self.target_tokens.append(token)
+        n = self.config.no_repeat_ngram
+        if n >= 2 and len(self.target_tokens) >= n:  # (repeated_ngram_bans, kept as the sentence grows)
+            self._ngrams.setdefault(tuple(self.target_tokens[-n:-1]), set()).add(token)
         if self.logprobs:
             self.target_logprobs.append(self._held_logprob)
         self.accepted += 1
@@ -739,14 +743,14 @@ class Stream:
                 self._scores, self._chosen_from = self._allowed(logits, rules), None
                 token, self._held_logprob = self.sampler.choose(self._scores, self.accepted)
             self.choices[len(self.state.tokens)] = token  # what the model chose, before any rule below overrides it
-            if token in repeated_ngram_bans(self.target_tokens, self.config.no_repeat_ngram):
+            if token in self._repeat_bans():
                 # the model wants to repeat itself: it has nothing new to say, which is an end proposal
                 # (a READ before the source is finished); where the policy forbids that, its next best token
                 if self.source_finished or self.policy.lets_model_end_segment:
                     token = self.fmt.end_id
                 else:
                     scores = self._allowed(logits, rules)
-                    scores[list(repeated_ngram_bans(self.target_tokens, self.config.no_repeat_ngram))] = -torch.inf
+                    scores[list(self._repeat_bans())] = -torch.inf
                     token, self._held_logprob = self.sampler.choose(scores, self.accepted)
         if self.record:
             self.proposals.append(Proposal(tuple(self.state.tokens), logits, token))
@@ -777,6 +781,13 @@ class Stream:
         best = torch.topk(scores, 1 + self.alternatives - len(first))
         return (first + tuple(int(t) for t, v in zip(best.indices, best.values) if v > float("-inf")))[
             : 1 + self.alternatives]
+
+    def _repeat_bans(self) -> set[int]:
+        """``repeated_ngram_bans`` of the target so far, from the n-grams kept as it grew."""
+        n = self.config.no_repeat_ngram
+        if n < 2 or len(self.target_tokens) < n:
+            return set()
+        return self._ngrams.get(tuple(self.target_tokens[len(self.target_tokens) - n + 1:]), set())
 
     def _rules(self) -> Rules:
         """Which decoding rules exclude tokens now (besides the special tokens, always excluded)."""
