@@ -31,11 +31,12 @@ from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS
 from simulmt.models import DEFAULT_MODEL
 from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, k_field, language_field,
-                                    model_field, n_field, phi_field, slot_field)
+                                    model_field)
 from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
 from simulmt.segment import DEFAULT_MAX_WORDS, merge_translations, split_sentences
 from simulmt.core.session import Translation, WrittenWord
+from simulmt.core.stream_options import StreamOptions
 from simulmt.text_input import Line, read_lines, stream_lines
 
 if typing.TYPE_CHECKING:
@@ -56,13 +57,16 @@ class TranslateOptions:
     policy: str | None = field(default=None, metadata={
         "help": "when to read the next source word and when to write a target word (default: wait-k; with "
                 "--speech-model, the model's own)", "choices": tuple(POLICIES)})
-    k: int = k_field()
-    n: int = n_field()
+    k: int | None = field(default=None, metadata={
+        "help": "wait-k: write target word j once k + j - 1 source words are read (default 3)"})
+    n: int | None = field(default=None, metadata={
+        "help": "read-n: source words read before each written segment (default 3)"})
     tau: float | None = field(default=None, metadata={
         "help": "learned: write once the policy head's p(WRITE) reaches tau (0..1; default 0.5; with "
                 "--speech-model, the model's own)"})
-    slot: int = slot_field()
-    phi: int = phi_field()
+    slot: int | None = field(default=None, metadata={
+        "help": "expost: length of a source position slot, in tokens (default 16)"})
+    phi: int | None = field(default=None, metadata={"help": "gpe: first position id of the target group (default 256)"})
     source_lang: str = language_field("en", "source")
     target_lang: str = language_field("de", "target")
     max_words: int = field(default=DEFAULT_MAX_WORDS, metadata={
@@ -95,20 +99,29 @@ class TranslateOptions:
         if self.policy is not None and self.policy not in POLICIES:
             raise SimulmtError(f"unknown policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
         for name in ("k", "n", "slot", "phi", "max_words", "batch_size", "asr_step_ms"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.tau is not None and not 0.0 <= self.tau <= 1.0:
             raise SimulmtError(f"--tau must be within 0..1, got {self.tau}")
+        if self.speech_model is None:  # (a speech model's card chooses the layout and policy: checked when read)
+            self.stream_options()
         language_name(self.source_lang)  # raises SimulmtError with the list of known languages
         language_name(self.target_lang)
 
+    def stream_options(self, defaults: dict | None = None) -> StreamOptions:
+        """The stream's options, checked (an option the layout and policy do not take is an error); the layout,
+        policy and tau not given come from ``defaults`` (a speech model's card), else the text defaults."""
+        defaults = {"layout": "expost", "policy": "wait-k", **(defaults or {})}
+        layout = self.layout or defaults["layout"]
+        policy = self.policy or defaults["policy"]
+        tau = self.tau
+        if tau is None and defaults.get("tau") is not None and "tau" in StreamOptions(layout, policy).taken():
+            tau = defaults["tau"]
+        return StreamOptions(layout, policy, k=self.k, n=self.n, tau=tau, slot=self.slot, phi=self.phi)
+
     def session_kwargs(self, defaults: dict | None = None) -> dict:
-        """The stream's options; what was not given comes from ``defaults`` (a speech model's card), else the text
-        defaults (expost, wait-k, tau 0.5)."""
-        defaults = {"layout": "expost", "policy": "wait-k", "tau": 0.5, **(defaults or {})}
-        given = {"layout": self.layout, "policy": self.policy, "tau": self.tau}
-        chosen = {name: defaults[name] if value is None else value for name, value in given.items()}
-        return dict(**chosen, k=self.k, n=self.n, slot=self.slot, phi=self.phi)
+        """``stream_options(defaults)`` as keyword arguments of ``Translator.session`` (defaults filled in)."""
+        return self.stream_options(defaults).session_kwargs()
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,33 @@ def test_argument_errors_exit_2_before_loading(loads, capsys, input_file, args, 
     assert loads == []
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--layout", "prefix", "--slot", "8"], "slot=8 is an option of expost"),
+    (["--policy", "read-n", "--k", "5"], "k=5 is an option of wait-k"),
+    (["--layout", "expost", "--phi", "64"], "phi=64 is an option of gpe"),
+    (["--policy", "wait-k", "--tau", "0.3"], "tau=0.3 is an option of learned"),
+])
+def test_an_option_the_layout_and_policy_do_not_take_is_an_error(loads, capsys, input_file, args, message):
+    assert cli.main(["translate", *args, str(input_file)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "takes" in err
+    assert loads == []
+
+
+def test_stream_options_fill_defaults_and_name_what_they_take():
+    from simulmt.core.stream_options import StreamOptions
+
+    options = StreamOptions("gpe", "read-n", phi=64)
+    assert options.taken() == ("n", "phi")
+    assert options.session_kwargs() == {"layout": "gpe", "policy": "read-n", "k": 3, "n": 3, "tau": 0.5, "slot": 16,
+                                        "phi": 64}
+    assert StreamOptions("expost", "learned", tau=0.3, slot=8).given() == {"tau": 0.3, "slot": 8}
+    with pytest.raises(cli.SimulmtError, match="prefix with policy offline takes none"):
+        StreamOptions("prefix", "offline", slot=8)
+    with pytest.raises(cli.SimulmtError, match="at least 1"):
+        StreamOptions(k=0)
+
+
 def test_options_validate_on_their_own():
     with pytest.raises(cli.SimulmtError, match="unknown layout"):
         cli.TranslateOptions(layout="nope")

@@ -144,8 +144,8 @@ def command_line_on_the_tiny_model():
 def test_the_command_line_answers_every_line(command_line_on_the_tiny_model, tmp_path_factory, lines, from_stdin,
                                              layout, policy):
     data = b"".join(line + b"\n" for line in lines)
-    args = ["translate", "--jsonl", "--max-words", "8", "--layout", layout, "--policy", policy, "--k", "2",
-            "--n", "2"]
+    args = ["translate", "--jsonl", "--max-words", "8", "--layout", layout, "--policy", policy,
+            *{"wait-k": ["--k", "2"], "read-n": ["--n", "2"]}.get(policy, [])]  # (the option the policy takes)
     out, err, saved_stdin = io.StringIO(), io.StringIO(), sys.stdin
     if from_stdin:
         sys.stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")

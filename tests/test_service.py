@@ -165,7 +165,8 @@ def test_bad_frames_get_an_error_and_the_stream_goes_on(service):
     # options the model cannot run, refused at connect rather than at every word (issue 43)
     ("policy=learned", "needs a policy head"), ("layout=interleaved", "marker tokens"),
     ("slot=1000000000", "beyond this model's 512 positions"), ("layout=gpe&phi=1000000000", "positions"),
-    ("tau=nan", "tau"), ("tau=2", "tau")])
+    ("tau=nan", "tau"), ("tau=2", "tau"),
+    ("layout=prefix&slot=8", "slot=8 is an option of expost"), ("policy=read-n&k=5", "k=5 is an option of wait-k")])
 def test_invalid_options_are_refused_with_a_reason(service, query, message):
     address, hub = service
     admitted = hub.metrics.clients_total

@@ -52,7 +52,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -62,6 +61,7 @@ from pathlib import Path
 from simulmt.core.layouts import LAYOUTS
 from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
+from simulmt.core.stream_options import StreamOptions as checked_options
 from simulmt.errors import SimulmtError
 from simulmt.live_text import LiveText
 from simulmt.service.audio import AudioIntake
@@ -119,13 +119,11 @@ class StreamOptions:
             raise SimulmtError(f"unknown layout {options.layout!r}; choose one of: {', '.join(LAYOUTS)}")
         if options.policy not in POLICIES:
             raise SimulmtError(f"unknown policy {options.policy!r}; choose one of: {', '.join(POLICIES)}")
-        for name in ("k", "n", "slot", "phi"):
-            if getattr(options, name) < 1:
-                raise SimulmtError(f"option {name} must be at least 1, got {getattr(options, name)}")
+        # the layout and policy take the options given (an option they do not take is an error naming theirs)
+        checked_options(options.layout, options.policy,
+                        **{name: values[name] for name in ("k", "n", "tau", "slot", "phi") if name in values})
         if not 8000 <= options.audio_rate <= 192000:
             raise SimulmtError(f"option audio_rate must be within 8000..192000 Hz, got {options.audio_rate}")
-        if not (math.isfinite(options.tau) and 0.0 <= options.tau <= 1.0):
-            raise SimulmtError(f"option tau (the learned policy's threshold) must be in [0, 1], got {options.tau}")
         for side, served in (("source_lang", translator.source_lang), ("target_lang", translator.target_lang)):
             if language_name(getattr(options, side)) != language_name(served):
                 raise SimulmtError(f"this server translates {language_name(translator.source_lang)} into "

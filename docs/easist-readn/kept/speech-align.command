@@ -1,1 +1,0 @@
-.venv/bin/simulmt finetune --recipe speech-align --corpus WORK/speech-train/manifest.jsonl --model gemma-3-270m --adapter WORK/head/adapter --encoder tiny.en --adapter-hidden 512 --steps 300 --batch-size 8 --lr 1e-3 --save-steps 10 --output WORK/sp-align #f0b5581cddf0519f

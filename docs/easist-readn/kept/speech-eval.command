@@ -1,1 +1,0 @@
-.venv/bin/simulmt evaluate --source-audio WORK/speech-test/test.list --reference WORK/speech-test/test.de --speech-model WORK/sp-policy/model --layouts interleaved --policies wait-k,learned --ks 2,4,6 --taus 0.3,0.5,0.7,0.9 --no-offline --batch-size 32 --dtype float32 --output WORK/eval-speech #95be167e3b43f476 #1eac23f85dcacbc7

@@ -1,1 +1,0 @@
-.venv/bin/simulmt finetune --recipe speech-policy --corpus WORK/speech-train/manifest.jsonl --model gemma-3-270m --adapter WORK/head/adapter --encoder tiny.en --adapter-hidden 512 --speech-adapter WORK/sp-simul/model --head-labels oracle --limit 300 --output WORK/sp-policy #f0b5581cddf0519f

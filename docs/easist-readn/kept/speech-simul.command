@@ -1,1 +1,0 @@
-.venv/bin/simulmt finetune --recipe speech-simul --corpus WORK/speech-train/manifest.jsonl --model gemma-3-270m --adapter WORK/head/adapter --encoder tiny.en --adapter-hidden 512 --speech-adapter WORK/sp-align/model --n-mix 1,2,3,4 --steps 200 --batch-size 8 --lr 5e-4 --save-steps 10 --output WORK/sp-simul #f0b5581cddf0519f

@@ -1,1 +1,0 @@
-.venv/bin/simulmt evaluate --source WORK/data/test.en --reference WORK/data/test.de --model gemma-3-270m --layouts interleaved --policies wait-k,learned --ks 1,3,5,7 --taus 0.3,0.5,0.7,0.9 --no-offline --batch-size 32 --dtype float32 --adapter WORK/head/adapter --output WORK/eval-text #51efcb33241b486a #b0c4b1ac7a6de8d0

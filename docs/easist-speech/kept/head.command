@@ -1,1 +1,0 @@
-.venv/bin/simulmt finetune --train-source WORK/data/head.en --train-target WORK/data/head.de --model gemma-3-270m --recipe policy-head --head-labels oracle --init-adapter WORK/text/adapter --output WORK/head #73586e38155e52a1 #a3479709d4823e5d

@@ -1,1 +1,0 @@
-.venv/bin/simulmt finetune --train-source WORK/data/text.en --train-target WORK/data/text.de --model gemma-3-270m --recipe interleaved --policy read-n --n-mix 1,2,3,4 --init-adapter gemma-3-270m-expost-kmix-en-de --batch-size 8 --grad-accum 4 --epochs 1 --save-steps 10 --eval-lines 0 --output WORK/text #9cb356bad5191f40 #14a0e7dc043fec30
