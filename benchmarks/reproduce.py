@@ -14,10 +14,10 @@ expost adapter also at inference slots 4..64 (the slot-mismatch table).
 
 Staged and resumable. The unit of work is a method: train (``--resume`` continues an interrupted run), then
 evaluate it run by run (``simulmt evaluate``'s resumable logs). Adapters and logs in progress live in ``--work``
-(not committed); a finished adapter is committed under ``--results``/adapters in bfloat16 (rank 16: 7.6 MB), so a
-later session evaluates the same weights, and every run records its adapter's SHA-256 (runs of another adapter
+(not committed); a finished adapter is kept under ``--adapters`` (default ``--results``/adapters, git-ignored) in bfloat16 (rank 16: 7.6 MB), so a
+later run evaluates the same weights, and every run records its adapter's SHA-256 (runs of another adapter
 are redone: one method's numbers never mix two adapters). What a finished run leaves in ``--results`` (committed: ``config.json``, ``scores.json``, the
-gzipped ``instances.log``, ``cost.json`` with CPU seconds) is never redone, so a later session only does what is
+gzipped ``instances.log``, ``cost.json`` with CPU seconds) is never redone, so a later run only does what is
 missing, and ``--report-only`` rebuilds the page from the committed runs alone. No number is chosen on a test set:
 the budget, mix and k-mixture are fixed here in advance.
 """
@@ -81,12 +81,15 @@ class Plan:
     data: str = str(ROOT.parent / "shared" / "data")
     work: str = str(ROOT / "runs" / "reproduce")
     results: str = str(ROOT / "docs" / "results")
+    adapters: str = ""  # where each method's adapter is kept (bfloat16) and reused; default --results/adapters,
+    # which git ignores (weights stay out of the tree). The adapters behind docs/results.md are in the history:
+    # git archive a8cc180 docs/results/adapters | tar -x restores them
     model: str = "gemma-3-270m"
     methods: str = ",".join(METHODS)
     train_pairs: int = 8000  # half Multi30k train (its first lines), half wmt-news train (spread over the years)
     budget_tokens: int = 80_000
     rl_steps: int = 60  # SeqPO: GRPO steps (x 4 sentences x 5 samples) on the same training pairs
-    lora_rank: int = 16  # the adapters are committed (bfloat16, 7.6 MB each at rank 16) so later sessions reuse them
+    lora_rank: int = 16  # the adapters are kept (bfloat16, 7.6 MB each at rank 16) so later runs reuse them
     batch_size: int = 8
     grad_accum: int = 4
     iwslt_lines: int = 300
@@ -147,15 +150,19 @@ def finetune_options(plan: Plan, name: str, **extra):
                            **dict(method.train), **extra)
 
 
+def adapters_dir(plan: Plan) -> Path:
+    return Path(plan.adapters) if plan.adapters else Path(plan.results) / "adapters"
+
+
 def train(plan: Plan, name: str, deadline: float | None) -> Path | None:
-    """The method's adapter: the committed one (``--results``/adapters), else trained (or resumed) within the
+    """The method's adapter: the kept one (``--adapters``), else trained (or resumed) within the
     deadline and then committed in bfloat16; None if time ran out first."""
     from simulmt.finetune.trainer import finetune
 
     method = METHODS[name]
     if method.recipe is None and method.rl is None:
         return train(plan, method.start, deadline)
-    kept = Path(plan.results) / "adapters" / name
+    kept = adapters_dir(plan) / name
     if (kept / "adapter_config.json").is_file():
         return kept
     if method.rl is not None:
@@ -218,11 +225,11 @@ def train_rl(plan: Plan, name: str, deadline: float | None) -> Path | None:
     (results / f"{name}.json").write_text(json.dumps({**card, "cpu_seconds_total": cpu, "log": log}, indent=2,
                                                      ensure_ascii=False) + "\n")
     shutil.copyfile(out / "curves.png", Path(plan.results) / f"{name}_curves.png")
-    return keep_adapter(out / "adapter", Path(plan.results) / "adapters" / name)
+    return keep_adapter(out / "adapter", adapters_dir(plan) / name)
 
 
 def keep_adapter(adapter: Path, kept: Path) -> Path:
-    """Copy a trained adapter into --results in bfloat16 (a later session evaluates the same weights)."""
+    """Copy a trained adapter into --adapters in bfloat16 (a later run evaluates the same weights)."""
     from simulmt.adapters import save_bfloat16_weights
 
     kept.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ Two comparisons come out of it, every figure a ratio of totals over the same sen
 1. *free decoding*: a configuration's free run vs offline free decoding (outputs may differ in length);
 2. *same output*: a configuration's free run vs offline decoding of exactly its output.
 
-Per configuration: tokens fed per sentence, GFLOPs per sentence (median, quartiles, range; design.md §4), wall
+Per configuration: tokens fed per sentence, GFLOPs per sentence (median, quartiles, range; docs/design.md §4), wall
 milliseconds per target token. Runs of one sentence are interleaved (offline, then each configuration, then the
 replays) so that a load change on a shared machine hits all of them alike; one warm-up translation runs before
 anything is timed. ``--output DIR`` writes ``DIR/bench.json`` (settings, per-sentence records, summaries, ratios)

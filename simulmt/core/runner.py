@@ -2,7 +2,7 @@
 
 The runner holds no stream state. It turns a boolean visibility matrix into the additive 4-D mask(s) the model
 takes (one per attention type: models with sliding-window layers, e.g. Gemma 3, get a separate sliding mask as a
-dict keyed by layer type), and counts the compute of every call (design.md §4).
+dict keyed by layer type), and counts the compute of every call (docs/design.md §4).
 
 The KV cache is a ``transformers.DynamicCache`` made without a config, so sliding-window layers keep every key
 (they are masked instead): cropping it to any length is exact.

@@ -14,7 +14,7 @@ Events:
 * ``write(state, token, word)``: a target token (of target word ``word``) is accepted.
 * ``write_end(state, token)``: the token that ends the translation (training only; never fed in streaming).
 
-Deferral (the one-token rollback of design.md §2): the token whose output predicts the first token of word j
+Deferral (the one-token rollback of docs/design.md §2): the token whose output predicts the first token of word j
 must see the source read for word j. When a read comes after target text, layouts that append source into the
 cache take the last target token off the list, place the new source, and put that token back after it. Its
 position id does not change, only its place in time, so streaming crops it from the cache and feeds it again
