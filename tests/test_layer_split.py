@@ -176,7 +176,8 @@ def test_only_decision_forwards_are_split_and_a_copied_prompt_may_stop(monkeypat
 
     def spy(self, requests):
         out = real_forward(self, requests)
-        served.append(([r.decides for _, r in out[0]], [r.keep for _, r in out[0]], out[2], out[7] is None))
+        served.append(([r.decides for _, r in out.requests], [r.keep for _, r in out.requests], out.shared,
+                       out.logits is None))
         return out
     monkeypatch.setattr(Engine, "_forward", spy)
     engine = Engine(tr.runner)

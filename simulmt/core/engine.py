@@ -70,6 +70,27 @@ def _without_guesses(request: ForwardRequest) -> ForwardRequest:
 
 
 @dataclass
+class Served:
+    """What one packed forward did, per request in row order (``Engine._forward``): what ``serve`` hands on."""
+
+    requests: list[tuple[Stream, ForwardRequest]]  # as served (a shared forward feeds no alternatives, ...)
+    rows: list[int]  # each request's cache row
+    shared: list[int]  # prompt tokens copied from the prompt cache instead of computed
+    counts: list[int]  # tokens computed
+    pairs: list[int]  # visible keys of each computed query, all requests in order (FLOPs)
+    answered: list[int]  # answers (rows of logits / features) per request
+    got: list[bool]  # which requests got logits (a ``logits_if`` may say no: no LM head row)
+    logits: torch.Tensor | None  # (rows that got logits, vocab); None: the forward stopped at ``layer``
+    hidden: torch.Tensor | None  # the features of every answer, when some stream wants them
+    to_store: list[tuple[int, tuple, int]]  # (row, prompt key, length): prompts to keep after the forward
+    layer: int | None  # the policy head's layer the features come from (None: the last hidden state)
+
+    def starts(self) -> list[int]:
+        """Each request's first computed query in ``pairs``."""
+        return [0] + torch.cumsum(torch.tensor(self.counts), 0).tolist()[:-1]
+
+
+@dataclass
 class EngineStats:
     forwards: int = 0
     rows: int = 0  # stream rows served, summed over forwards
@@ -156,26 +177,25 @@ class Engine:
         cache's edits and the forward run in ``torch.inference_mode`` (no autograd bookkeeping: about 1 ms of a
         17 ms Gemma-3-270M decoder forward on a CPU; the same numbers); the streams receive ordinary tensors."""
         with torch.inference_mode() if self.inference_mode else torch.no_grad():
-            (requests, rows, shared, counts, pairs, answered, got, logits, hidden,
-             to_store, layer) = self._forward(requests)
-        if logits is None:  # stopped at the policy head's layer: every stream reads on, its tokens come again
-            self._stopped(requests, rows, counts, pairs, answered, hidden, layer)
+            done = self._forward(requests)
+        if done.logits is None:  # stopped at the policy head's layer: every stream reads on, its tokens come again
+            self._stopped(done)
             return
-        starts = [0] + torch.cumsum(torch.tensor(counts), 0).tolist()[:-1]
-        best = self._best_tokens(requests, got, answered, logits)
+        starts, pairs, hidden, logits = done.starts(), done.pairs, done.hidden, done.logits
+        best = self._best_tokens(done.requests, done.got, done.answered, logits)
         logit_rows, answer = 0, 0  # where each stream's rows begin in ``logits`` and in ``hidden``
-        for i, ((stream, request), n) in enumerate(zip(requests, counts)):
-            answers = answered[i]
-            flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), answers * got[i])
-            if shared[i]:  # a stream's compute count is that of its whole request (prompt_cache.py)
-                flops += self.runner.compute.flops(shared[i], shared[i] * (shared[i] + 1) // 2, 0)
-            own = hidden is not None and stream.features_layer == layer  # (another layer's features are not its own)
-            stream.receive(logits[logit_rows:logit_rows + answers] if got[i] else None, flops,
+        for i, ((stream, request), n) in enumerate(zip(done.requests, done.counts)):
+            answers, got, shared = done.answered[i], done.got[i], done.shared[i]
+            flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), answers * got)
+            if shared:  # a stream's compute count is that of its whole request (prompt_cache.py)
+                flops += self.runner.compute.flops(shared, shared * (shared + 1) // 2, 0)
+            own = hidden is not None and stream.features_layer == done.layer  # (another layer's are not its own)
+            stream.receive(logits[logit_rows:logit_rows + answers] if got else None, flops,
                            hidden[answer:answer + answers] if own else None, served=request, best=best[i])
-            logit_rows += answers * got[i]
+            logit_rows += answers * got
             answer += answers
-        self._count(rows, counts, shared)
-        for row, key, length in to_store if self.cache.layers_ready else ():  # a layer without a store: no sharing
+        self._count(done.rows, done.counts, done.shared)
+        for row, key, length in done.to_store if self.cache.layers_ready else ():  # (no store: no sharing)
             keys, values = self.cache.copy_out(row, length)
             self.prompts.put(key, SharedPrompt(keys, values))
 
@@ -204,16 +224,17 @@ class Engine:
                 out[i], at = table[at:at + n], at + n
         return out
 
-    def _stopped(self, requests, rows, counts, pairs, answered, hidden, layer: int) -> None:
-        """A forward that stopped at ``layer``: each row back to what it kept; each stream gets its features."""
-        starts = [0] + torch.cumsum(torch.tensor(counts), 0).tolist()[:-1]
-        answer = 0
-        for i, ((stream, request), row, n) in enumerate(zip(requests, rows, counts)):
+    def _stopped(self, done: Served) -> None:
+        """A forward that stopped at the policy head's layer: each row back to what it kept; each stream gets its
+        features."""
+        starts, answer = done.starts(), 0
+        for i, ((stream, request), row, n) in enumerate(zip(done.requests, done.rows, done.counts)):
             self.cache.crop(row, request.keep)
-            flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), 0, layers=layer + 1)
-            stream.receive(None, flops, hidden[answer:answer + answered[i]], served=request, stopped=True)
-            answer += answered[i]
-        self._count(rows, counts, [0] * len(rows))
+            flops = self.runner.compute.flops(n, int(sum(done.pairs[starts[i]:starts[i] + n])), 0,
+                                              layers=done.layer + 1)
+            stream.receive(None, flops, done.hidden[answer:answer + done.answered[i]], served=request, stopped=True)
+            answer += done.answered[i]
+        self._count(done.rows, done.counts, [0] * len(done.rows))
         self.stats.stopped += 1
 
     def _count(self, rows: list[int], counts: list[int], shared: list[int]) -> None:
@@ -225,10 +246,8 @@ class Engine:
         s.batch_sizes.append(len(rows))
         s.peak_cache_bytes = max(s.peak_cache_bytes, self.cache.memory_bytes())
 
-    def _forward(self, requests: list[tuple[Stream, ForwardRequest]]):
-        """The cache's edits and the forward of ``serve``: (the requests in row order, their rows, prompt tokens
-        shared, tokens fed, visible keys per query, answers per request, which got logits, logits (None: the
-        forward stopped at the policy head's layer), hidden states (features), prompts to store, that layer)."""
+    def _forward(self, requests: list[tuple[Stream, ForwardRequest]]) -> Served:
+        """The cache's edits and the forward of ``serve``, and what it did (``Served``)."""
         requests = sorted(requests, key=lambda sr: self._row(sr[0]))
         if len(requests) > 1:  # a shared forward: the alternatives' rows would cost every stream (measured), none fed
             requests = [(s, replace(r, tokens=r.tokens[:len(r.tokens) - r.alternatives], alternatives=0)
@@ -289,7 +308,7 @@ class Engine:
                                                     head_rows=head_rows if conditional or not all(got) else None,
                                                     features_layer=layer, stop=stop)
         pairs = visible.sum(dim=1).tolist()  # visible keys per query (FLOPs)
-        return requests, rows, shared, counts, pairs, answered, got, logits, hidden, to_store, layer
+        return Served(requests, rows, shared, counts, pairs, answered, got, logits, hidden, to_store, layer)
 
     def _share_prompt(self, row: int, request: ForwardRequest, to_store: list) -> int:
         """A new stream's first request: copy its prompt's keys and values into its row when the prompt cache has
