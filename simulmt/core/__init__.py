@@ -6,17 +6,23 @@ Read it bottom up, each file one concept:
 * ``visibility``: the one rule of who may attend to whom (a boolean matrix, for one stream or a batch of rows),
   and how far a key is from a query for ALiBi models;
 * ``prompt_format``, ``vocabulary``: the token pieces of a prompt and what the decoder must know per token;
-* ``markers``: the interleaved layout's two marker tokens, added to a model;
+* ``markers``: the interleaved layout's marker tokens (end-of-read, end-of-write, end-of-translation), added to a
+  model;
 * ``layouts/``: where tokens go and which position ids they get (expost, prefix, naive, conversation, gpe,
   simulmask, seqpo, interleaved);
 * ``decisions``, ``policies``, ``learned_policy``: READ or WRITE, as data, from a stream's state (a learned
   policy reads the model's hidden state, handed over as data too);
 * ``examples``: a sentence pair laid out along a schedule, as training sees it;
 * ``samplers``: greedy, seeded sampling, forced; each returns a token and its log-probability;
-* ``stream``: one sentence decoded while its source arrives, model-free (it says what it needs); its source units
-  are token ids, or embeddings (speech blocks) that the engine feeds in place of token embeddings;
+* ``stream_options``: a stream's layout, policy and their parameters, typed and checked once;
+* ``best_tokens``, ``decoding``: every row's best allowed token at once; the decoding rules and their tables;
+* ``translation``, ``requests``: what a stream produces; what it asks of the engine and gets back;
+* ``stream`` (+ ``guesses``, its speculation): one sentence decoded while its source arrives, model-free (it says
+  what it needs); its source units are token ids, or embeddings (speech blocks) that the engine feeds in place of
+  token embeddings;
 * ``alibi``: ALiBi models (Bloom, Falcon-RW), their bias carried by the masks;
-* ``batch_cache``, ``runner``, ``engine``: many streams served by one model, one packed forward per round;
+* ``batch_cache``, ``runner``, ``engine``: many streams served by one model, one packed forward per round
+  (``layer_split``, ``static_decoder``: a forward stopped at a layer; static shapes for CUDA graphs);
 * ``prompt_cache``: a prompt's keys and values computed once and copied into every new stream that starts with it;
 * ``packed_linear``: linear weights in float16 prepacked for fbgemm (CPU), a model-side option of the runner;
 * ``fused_layers``: RMSNorms as one operation and gated MLPs as one product, for a model that only runs;

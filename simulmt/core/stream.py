@@ -25,228 +25,38 @@ to keep their common prefix and feed the rest. For ``expost`` this is the one-to
 for ``prefix`` the recompute of the new source and the whole target prefix. The stream keeps honest counts:
 tokens fed, FLOPs, forward calls, cache crops, re-fed tokens, guessed tokens.
 
-Guesses (speculative decoding with a free draft). A READ between two target words costs a forward that offline
-decoding does not have: the new source must be fed before the next proposal. The stream makes that forward also
-feed its guess of what comes next, placed as the layout would place it, and asks for the answers at those tokens
-too: after a READ, the target token the model wanted to write before it (or its best token that is not an end,
-when it ended its segment); with a learned policy, whose hidden state after a read is fed in a forward of its own,
-also the opener a WRITE would place. A guess the layout then places is in the cache already and its answer is at
-hand (no forward); a wrong one is dropped from the cache row at the next forward (not a crop of the layout's
-list). The output is exactly the same either way (``Stream.speculate = False``: tests/test_speculation.py).
-
-Read-ahead (``Stream.read_ahead``): when the source a READ would read is here already (text given whole, or words
-that came in the speech block of the last word read), the READ need not wait for the next proposal to be fed. The
-forward of a word's token then also feeds, as a guess, what the layout would place if the word ended there and a
-policy that decides on counts (wait-k, read-n) read until it writes: the READ's closing token, the units, the next
-opener. If the word ends there, the answer at the opener is at hand after the read (one forward instead of two); if
-it goes on, the guess is dropped. Interleaved wait-3 on 20 Multi30k sentences given whole: 1.44 -> 1.10 forwards per
-target token, 0.81x the time, the same output (a learned policy, which decides on the hidden state after the read,
-gets none).
-
 Stops (a learned policy whose head reads an inner layer, ``PolicyHead.layer``): the forward that feeds what was
 read asks at that layer; when the policy reads on, the forward stops there (no layer above, no LM head) and the
 cache row keeps only what it held before: the tokens come again, whole, with the next request (``receive(...,
 stopped=True)``; rows cost little, layers a lot). A forward that computes the prompt does not stop. The output is the
 same either way (``Stream.stop_at_head = False``: tests/test_layer_split.py).
 
-The draft is the model's first choice before the read; its next choices (``Stream.alternatives`` of them, none by
-default) can be fed in the same forward as alternatives: each at the draft's place (same position id), seeing what
-the draft sees but not the draft nor each other (the engine's mask), so each one's answer is what it would be in the
-draft's place. When the layout places one of them, the stream asks the next forward to move its keys and values into
-the draft's cache slot (``ForwardRequest.move``) and uses its answer: its list is then as if that token had been fed
-there.
-
-Decoding never writes garbage (each rule has a test in tests/test_decoding.py): special and markup tokens are
-never proposed; an end proposed before the source is finished is a READ under policies that allow it; a token
-that only ends a segment (the layout's ``segment_ends``) is not proposed once the source is finished; a
-proposal that would repeat a 4-token sequence of the sentence is an end proposal; the target tokens of a sentence
-are bounded by ``DecodeConfig.max_target_tokens`` of the source tokens read, and its words by ``max_len_a/b``.
+Guesses, read-ahead and alternatives (the stream's speculation): guesses.py. The decoding rules, the vocabulary's
+tables and the requests to the engine: decoding.py, requests.py; the result: translation.py.
 """
 
 from __future__ import annotations
 
-import copy
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
-from enum import Enum
+from dataclasses import replace
 
 import torch
 
 from simulmt.errors import SimulmtError
-from simulmt.core.best_tokens import BestTokens
+from simulmt.core.decoding import DecodeConfig, Rules, Vocabulary, repeated_ngram_bans  # noqa: F401 (names of
+# the stream's API: simulmt.core.stream has always exported them)
+from simulmt.core.guesses import Guesses
 from simulmt.core.layouts.base import Layout
 from simulmt.core.placed import PlacedToken, common_prefix_length, embedded_units, embedding_row
 from simulmt.core.policies import Action, Policy, StreamState
 from simulmt.core.prompt_format import PromptFormat, source_units
+from simulmt.core.requests import Answer, ForwardRequest, Status, Step
 from simulmt.core.runner import ContextOverflowError
 from simulmt.core.samplers import Forced, Greedy, Sampler
+from simulmt.core.translation import Proposal, Translation, WrittenWord
 
 
-@dataclass(frozen=True)
-class DecodeConfig:
-    """Bounds of greedy decoding. Every bound reached acts as an end token proposed by the model: the end of the
-    sentence once the source is finished, a READ before (under a policy that lets the model end segments)."""
-
-    max_len_a: float = 2.0  # after the source ends: at most a * |X| + b target words
-    max_len_b: int = 10
-    max_tokens_per_word: int = 24  # a word that never ends is cut here
-    max_tokens_a: float = 2.0  # at any time: at most a * (source tokens read) + b target tokens
-    max_tokens_b: int = 16
-    no_repeat_ngram: int = 4  # a token that would repeat an n-token sequence of the sentence ends instead (0: off)
-
-    def __post_init__(self):
-        if (self.max_len_a < 0 or self.max_len_b < 1 or self.max_tokens_per_word < 1 or self.max_tokens_a < 0
-                or self.max_tokens_b < 1 or self.no_repeat_ngram < 0 or self.no_repeat_ngram == 1):
-            raise SimulmtError(f"invalid decoding bounds: {self}")
-
-    def max_target_tokens(self, source_tokens_read: int) -> int:
-        return int(self.max_tokens_a * source_tokens_read) + self.max_tokens_b
-
-
-def repeated_ngram_bans(tokens: list[int], n: int) -> set[int]:
-    """Tokens that would complete an n-gram already in ``tokens`` (Hugging Face's ``no_repeat_ngram_size``)."""
-    if n < 2 or len(tokens) < n:
-        return set()
-    tail = tokens[len(tokens) - n + 1:]
-    return {tokens[i + n - 1] for i in range(len(tokens) - n + 1) if tokens[i:i + n - 1] == tail}
-
-
-@dataclass(frozen=True)
-class WrittenWord:
-    index: int  # 0-based target word index
-    text: str
-    tokens: tuple[int, ...]
-    delay: int  # source units read when the word was written
-    elapsed_ms: float  # wall time since the session started
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """A recorded proposal (for parity tests): the placed tokens in the cache, the logits of the last one."""
-
-    context: tuple[PlacedToken, ...]
-    logits: torch.Tensor
-    token: int
-
-
-@dataclass
-class Translation:
-    source: str
-    prediction: str
-    delays: list[int]
-    elapsed: list[float]  # ms since the start, per target word
-    tokens_fed: int
-    flops: float
-    layout: str
-    policy: str
-    slot: int | None
-    model: str = ""
-    source_length: int = 0
-    forward_calls: int = 0
-    cache_crops: int = 0
-    refed_tokens: int = 0
-    speculated: int = 0  # tokens fed ahead of the layout's list (a guess of what it places next; stream.py)
-    speculated_kept: int = 0  # of those, the tokens the layout then placed (the others were computed in vain)
-    stopped_forwards: int = 0  # forwards that stopped at a policy head's inner layer (a READ: layer_split.py)
-    wall_ms: float = 0.0
-    error: str | None = None
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """Per-token tables of the model's vocabulary, built once per model (``simulmt.core.vocabulary``)."""
-
-    word_starts: torch.Tensor  # (vocab,) bool: the token begins a new word
-    stops: torch.Tensor  # (vocab,) bool: the token ends a segment or the sentence
-    banned: torch.Tensor  # (vocab,) bool: never proposed (special tokens that are not stops)
-
-    def __post_init__(self):
-        minus_inf = lambda table: torch.zeros(table.shape).masked_fill(table, float("-inf"))  # noqa: E731
-        biases = {"banned": minus_inf(self.banned), "stops": minus_inf(self.stops),
-                  "inside_word": minus_inf(~(self.word_starts | self.stops))}
-        object.__setattr__(self, "_biases", {torch.device("cpu"): biases})
-        # the same tables as bytes, for a stream's per-token questions (a tensor lookup costs microseconds)
-        object.__setattr__(self, "_starts", bytes(self.word_starts.tolist()))
-        object.__setattr__(self, "_stops", bytes(self.stops.tolist()))
-        object.__setattr__(self, "_best", None)
-
-    def is_stop(self, token: int) -> bool:
-        return 0 <= token < len(self._stops) and bool(self._stops[token])
-
-    def is_word_start(self, token: int) -> bool:
-        return 0 <= token < len(self._starts) and bool(self._starts[token])
-
-    def best(self, logits: torch.Tensor) -> torch.Tensor:
-        """(rows, 2) the first argmax of each row without the banned tokens, and without the banned and the stops
-        (best_tokens.py): what greedy proposals and drafts need, for every row of a forward at once."""
-        if self._best is None:
-            object.__setattr__(self, "_best", BestTokens([self.banned, self.banned | self.stops]))
-        return self._best(logits)
-
-    def bias(self, name: str, device: torch.device | str = "cpu") -> torch.Tensor:
-        """(vocab,) float: -inf on the tokens of the named rule, 0 elsewhere; on ``device`` (the logits' device:
-        the tables are copied there once, so decoding on a GPU adds them where the logits are)."""
-        device = torch.device(device)
-        if device not in self._biases:  # (two threads may both copy; the dict keeps one)
-            self._biases.setdefault(device, {k: v.to(device) for k, v in self._biases[torch.device("cpu")].items()})
-        return self._biases[device][name]
-
-
-@dataclass(frozen=True)
-class Rules:
-    """The decoding rules that exclude tokens from a proposal (``Stream._rules``), besides the special tokens."""
-
-    stops: bool  # the end tokens: the policy may not end a segment and the source is not finished
-    segment_ends: bool  # tokens that only end a segment: the source is finished
-    word_start: bool  # tokens that continue a word: the previous word is complete
-
-
-Answer = tuple  # (logits | None, hidden state | None, best tokens | None): the model's answer at one token
-
-
-class Status(str, Enum):
-    NEEDS_MODEL = "needs_model"
-    NEEDS_SOURCE = "needs_source"
-    DONE = "done"
-
-
-@dataclass(frozen=True)
-class ForwardRequest:
-    """Keep the first ``keep`` cached tokens of the stream, feed ``tokens`` after them, return the logits of the
-    last one (``logits=False``: only its hidden state, for a policy that decides on it and whose decision adds
-    tokens either way, so the LM head's row would be wasted). ``speculative``: the tokens after the list are a guess
-    of what the layout places next (placed as it would place them), and ``alternatives`` more after them are other
-    candidates for the guess's last token (same position id); the answer covers the last token of the list and each
-    guessed one, ``1 + speculative + alternatives`` rows."""
-
-    keep: int
-    tokens: tuple[PlacedToken, ...]
-    logits: bool = True
-    speculative: int = 0
-    alternatives: int = 0  # the last tokens stand in for the last guess: see what it sees, not it (nor each other)
-    move: tuple[int, int] | None = None  # before keeping: copy the cached token at index [0] to index [1]
-    logits_if: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the hidden state
-    # of the list's last token: are the logits wanted? (a learned policy that reads on needs none: no LM head)
-    decides: bool = False  # the list's last token is a decision point: its features are wanted (at the policy
-    # head's layer, ``Stream.features_layer``); a forward without one gives no features to a stream whose head
-    # reads an inner layer, and computes no such layer apart
-    reads_on: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the features at
-    # the list's last token (a policy head's inner layer): does the policy read on? Then the forward may stop at
-    # that layer, and the tokens are fed again, whole, in the next forward (``Stream.receive(stopped=True)``)
-
-
-@dataclass(frozen=True)
-class Step:
-    words: list[WrittenWord]  # written since the last step
-    status: Status
-    request: ForwardRequest | None = None
-
-
-class Stream:
+class Stream(Guesses):
     speculate = True  # feed guesses of what the layout places next (the output is the same; False: to measure them)
     alternatives = 0  # the model's next choices fed beside the draft (opt-in: 2 saves forwards for one live stream;
     # a forward shared by several streams feeds none, nor does one of an ALiBi model; docs/speech-cascade.md)
@@ -540,63 +350,6 @@ class Stream:
                                    if self.features_layer is not None and self.stop_at_head else None)
         return self.pending is None
 
-    def _scratch_state(self):
-        """A copy of the layout's state to try placements on (its lists copied: the stream's own stay as they are)."""
-        scratch = copy.copy(self.state)
-        for name, value in vars(scratch).items():
-            if isinstance(value, list):
-                setattr(scratch, name, list(value))
-        return scratch
-
-    def _opening_guess(self) -> tuple[tuple[PlacedToken, ...], tuple[PlacedToken, ...]]:
-        """What ``open_target`` would place now and the draft after it (a scratch copy of the layout's state), and
-        the draft's alternatives."""
-        scratch = self._scratch_state()
-        self.layout.open_target(scratch)
-        n = len(self.state.tokens)
-        if scratch.tokens[:n] != self.state.tokens or len(scratch.tokens) == n:
-            return (), ()
-        drafts = tuple(self.layout.placed_write(scratch, t, len(self.written)) for t in self.drafts)
-        guesses = tuple(scratch.tokens[n:]) + drafts[:1]
-        if self.max_positions is not None and guesses[-1].position >= self.max_positions:
-            return (), ()
-        return guesses, drafts[1:]
-
-    def _reading_guess(self) -> tuple[PlacedToken, ...]:
-        """Read-ahead: the word being written may end at the proposal this forward answers, and a policy that decides
-        on counts alone may then read before it writes again. When the units it would read are here already, the
-        tokens the layout would place for them (what a READ closes, the units, the opener of the next target) are
-        fed after the last target token as a guess: after the read, the answer at the opener is at hand, and the
-        read costs no forward of its own. A wrong guess (the word goes on) is dropped at the next forward.
-
-        Only units of the arrival of the last unit read (or an earlier one) are read ahead: a simulation that pushes
-        a whole speech file with each word's arrival must not compute a word before its block has come (which would
-        flatter its computation-aware latency); a live stream's words of one block, or a text given whole (one
-        arrival), are here."""
-        if self.wants_features or not 0 < self.state.units_read < len(self.units):
-            return ()
-        arrived = self.arrivals[self.state.units_read - 1]  # read ahead only what came with what was read
-        state = self.stream_state()
-        state = replace(state, target_words=state.target_words + 1, segment_words=state.segment_words + 1,
-                        model_ended_segment=False, source_waiting=0)  # as if the word ended here
-        if self.policy.decide(state) is not Action.READ:
-            return ()
-        scratch = self._scratch_state()
-        while self.policy.decide(state) is Action.READ:
-            if scratch.units_read >= len(self.units) or self.arrivals[scratch.units_read] > arrived:
-                return ()  # it would wait for more source (a later arrival): that forward comes when it does
-            self.layout.read(scratch, self.units[scratch.units_read])
-            state = replace(state, source_read=scratch.units_read, segment_reads=state.segment_reads + 1,
-                            segment_words=0, source_finished=(self.stream_finished
-                                                              and scratch.units_read == len(self.units)))
-        self.layout.open_target(scratch)
-        n = len(self.state.tokens)
-        if scratch.tokens[:n] != self.state.tokens or len(scratch.tokens) == n:
-            return ()
-        guesses = tuple(scratch.tokens[n:])
-        if self.max_positions is not None and guesses[-1].position >= self.max_positions:
-            return ()
-        return guesses
 
     def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None,
                 served: ForwardRequest | None = None, stopped: bool = False,
@@ -647,26 +400,6 @@ class Stream:
         self.speculated += request.speculative + request.alternatives
         self.flops += flops
 
-    def _settle_guesses(self) -> None:
-        """The layout placed more tokens: those that are the guesses the cache row holds are the layout's now. Where
-        it placed an alternative instead of the last guess, the alternative takes the guess's place."""
-        start = len(self.fed) - self.guessed
-        if not self.guessed or common_prefix_length(self.fed, self.state.tokens) < start:
-            return  # (the layout changed before them: they are not its tokens, whatever they look like)
-        while (self.guessed > self.alternates and len(self.state.tokens) > start
-               and self.state.tokens[start] == self.fed[start]):
-            self.guessed, self.speculated_kept, start = self.guessed - 1, self.speculated_kept + 1, start + 1
-        if self.guessed - self.alternates != 1 or len(self.state.tokens) <= start:
-            return  # (the guesses are all placed, or the layout has not reached the last one yet)
-        slots = range(len(self.fed) - self.alternates, len(self.fed))
-        chosen = next((i for i in slots if self.fed[i] == self.state.tokens[start]), None)
-        if chosen is not None:  # the cache row holds it at ``chosen``; as if it had been fed at ``start``
-            self.move = (chosen, start)
-            self.fed = self.fed[:start] + [self.fed[chosen]]
-            self.outputs = {start + 1: self.alternate_outputs[chosen]}
-            self.guessed_answers = {start + 1}
-            self.guessed = self.alternates = 0
-            self.speculated_kept += 1
 
     # ---- steps -----------------------------------------------------------------------------------------------
     def _read(self) -> None:
@@ -756,31 +489,6 @@ class Stream:
             self.proposals.append(Proposal(tuple(self.state.tokens), logits, token))
         return token
 
-    def _guess(self) -> tuple[int, ...]:
-        """The tokens the model would write next if it could not end the segment here, best first (its proposal
-        before the read, or its best token that is not an end, then its next choices, ``alternatives`` of them):
-        after a READ it often writes one of them all the same (a draft)."""
-        if self.forced is not None:
-            token = self.forced[self.accepted][0] if self.accepted < len(self.forced) else None
-            return () if token is None or self._is_end(token) else (token,)
-        first = () if self.held is None or self._is_end(self.held) else (self.held,)
-        if self._scores is None and self._chosen_from is None:
-            return first
-        if first and not self.alternatives:  # (the default: no pass over the vocabulary)
-            return first
-        if self._scores is None:  # the proposal was the engine's best token: its best that is not a stop
-            logits, best, rules = self._chosen_from
-            if not self.alternatives:
-                token = self._best_allowed(best, replace(rules, stops=True))
-                if token is not None or best[1] < 0:
-                    return () if token is None else (token,)
-            self._scores = self._allowed(logits, rules)  # (a rule it does not know: as before, from the scores)
-        scores = self._scores[: len(self.vocabulary.stops)] + self.vocabulary.bias("stops", self._scores.device)
-        if first:
-            scores[first[0]] = float("-inf")
-        best = torch.topk(scores, 1 + self.alternatives - len(first))
-        return (first + tuple(int(t) for t, v in zip(best.indices, best.values) if v > float("-inf")))[
-            : 1 + self.alternatives]
 
     def _repeat_bans(self) -> set[int]:
         """``repeated_ngram_bans`` of the target so far, from the n-grams kept as it grew."""

@@ -1,0 +1,53 @@
+"""What a stream asks of the engine (``Status``, ``Step``, ``ForwardRequest``) and what it gets back (``Answer``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+
+from simulmt.core.placed import PlacedToken
+from simulmt.core.translation import WrittenWord
+
+
+Answer = tuple  # (logits | None, hidden state | None, best tokens | None): the model's answer at one token
+
+
+class Status(str, Enum):
+    NEEDS_MODEL = "needs_model"
+    NEEDS_SOURCE = "needs_source"
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class ForwardRequest:
+    """Keep the first ``keep`` cached tokens of the stream, feed ``tokens`` after them, return the logits of the
+    last one (``logits=False``: only its hidden state, for a policy that decides on it and whose decision adds
+    tokens either way, so the LM head's row would be wasted). ``speculative``: the tokens after the list are a guess
+    of what the layout places next (placed as it would place them), and ``alternatives`` more after them are other
+    candidates for the guess's last token (same position id); the answer covers the last token of the list and each
+    guessed one, ``1 + speculative + alternatives`` rows."""
+
+    keep: int
+    tokens: tuple[PlacedToken, ...]
+    logits: bool = True
+    speculative: int = 0
+    alternatives: int = 0  # the last tokens stand in for the last guess: see what it sees, not it (nor each other)
+    move: tuple[int, int] | None = None  # before keeping: copy the cached token at index [0] to index [1]
+    logits_if: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the hidden state
+    # of the list's last token: are the logits wanted? (a learned policy that reads on needs none: no LM head)
+    decides: bool = False  # the list's last token is a decision point: its features are wanted (at the policy
+    # head's layer, ``Stream.features_layer``); a forward without one gives no features to a stream whose head
+    # reads an inner layer, and computes no such layer apart
+    reads_on: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the features at
+    # the list's last token (a policy head's inner layer): does the policy read on? Then the forward may stop at
+    # that layer, and the tokens are fed again, whole, in the next forward (``Stream.receive(stopped=True)``)
+
+
+@dataclass(frozen=True)
+class Step:
+    words: list[WrittenWord]  # written since the last step
+    status: Status
+    request: ForwardRequest | None = None
