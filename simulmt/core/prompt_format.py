@@ -50,6 +50,12 @@ def language_name(code_or_name: str) -> str:
     raise SimulmtError(f"unknown language {code_or_name!r}; known languages: {known}")
 
 
+def language_code(language: str) -> str:
+    """'en' or 'English' -> 'en' (what Whisper takes)."""
+    name = language_name(language)
+    return next(code for code, known in LANGUAGES.items() if known == name)
+
+
 @dataclass(frozen=True)
 class PromptFormat:
     prompt: tuple[int, ...]  # opening of the sequence, up to the first source token

@@ -122,7 +122,7 @@ def run(options: ServeOptions, parser, load_translator: Callable) -> int:
         return 1
     asr = None
     if options.asr_model != "none":
-        from simulmt.speech.loading import language_code
+        from simulmt.core.prompt_format import language_code
         from simulmt.speech.recognizer import RecognizerOptions, Whisper
 
         try:

@@ -50,7 +50,7 @@ class CascadeTranslator:
         from simulmt.models import DEFAULT_MODEL
         from simulmt.translator import Translator
 
-        from simulmt.speech.loading import language_code
+        from simulmt.core.prompt_format import language_code
 
         asr = asr or RecognizerOptions(language=language_code(source_lang))
         if asr.language != language_code(source_lang):

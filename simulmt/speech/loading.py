@@ -4,14 +4,8 @@ model folder (EASiST, ``--speech-model``), with the stream defaults each was mad
 
 from __future__ import annotations
 
-from simulmt.core.prompt_format import LANGUAGES, language_name
+from simulmt.core.prompt_format import language_code
 from simulmt.segment import DEFAULT_MAX_WORDS
-
-
-def language_code(language: str) -> str:
-    """'en' or 'English' -> 'en' (what Whisper takes)."""
-    name = language_name(language)
-    return next(code for code, known in LANGUAGES.items() if known == name)
 
 
 def load_speech(speech_model: str | None, *, model: str | None = None, adapter: str = "auto",
