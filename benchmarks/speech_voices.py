@@ -77,6 +77,8 @@ def main() -> int:
     parser.add_argument("--model", default=None, help="the text model (default: simulmt's)")
     parser.add_argument("--asr-model", default="tiny.en")
     parser.add_argument("--step-ms", type=int, default=1000)
+    parser.add_argument("--window-ms", type=int, default=10000,
+                        help="decode a buffer up to this long in a window of this length (0: Whisper's 30 s)")
     parser.add_argument("--layout", default="expost")
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -105,7 +107,8 @@ def main() -> int:
         files.append((voice, path))
     print(f"{len(files)} lines spoken by {', '.join(voices)} (cached in {CACHE})", file=sys.stderr, flush=True)
 
-    asr = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads)
+    asr = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads,
+                            window_ms=args.window_ms)
     cascade = CascadeTranslator.load(args.model, asr=asr, dtype="auto")
     kwargs = dict(layout=args.layout, policy="wait-k", k=args.k)
     cascade.translate(read_audio(str(files[0][1])), **kwargs)  # warm-up (the recogniser and the LLM)
