@@ -11,6 +11,7 @@ from dataclasses import field
 
 from simulmt.adapters import AUTO, shipped_adapter_names
 from simulmt.models import DEFAULT_MODEL, packaged_model_names
+from simulmt.core.stream_options import DEFAULTS as STREAM_DEFAULTS
 
 __all__ = ["adapter_field", "device_field", "dtype_field", "k_field", "language_field", "model_field", "n_field",
            "phi_field", "slot_field"]
@@ -51,23 +52,23 @@ def dtype_field(default: str = "float32"):
 
 
 def k_field():
-    return field(default=3, metadata={"help": "wait-k: write target word j once k + j - 1 source words are read"})
+    return field(default=STREAM_DEFAULTS["k"], metadata={"help": "wait-k: write target word j once k + j - 1 source words are read"})
 
 
 def tau_field():
-    return field(default=0.5, metadata={"help": "learned: write once the policy head's p(WRITE) reaches tau (0..1)"})
+    return field(default=STREAM_DEFAULTS["tau"], metadata={"help": "learned: write once the policy head's p(WRITE) reaches tau (0..1)"})
 
 
 def n_field():
-    return field(default=3, metadata={"help": "read-n: source words read before each written segment"})
+    return field(default=STREAM_DEFAULTS["n"], metadata={"help": "read-n: source words read before each written segment"})
 
 
 def slot_field():
-    return field(default=16, metadata={"help": "expost: length of a source position slot, in tokens"})
+    return field(default=STREAM_DEFAULTS["slot"], metadata={"help": "expost: length of a source position slot, in tokens"})
 
 
 def phi_field():
-    return field(default=256, metadata={"help": "gpe: first position id of the target group"})
+    return field(default=STREAM_DEFAULTS["phi"], metadata={"help": "gpe: first position id of the target group"})
 
 
 def batch_size_field():

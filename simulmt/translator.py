@@ -28,6 +28,7 @@ from simulmt.core.packed_linear import has_adapter_layers, weights_dtype
 from simulmt.errors import SimulmtError
 from simulmt.core.samplers import Sampler
 from simulmt.core.stream import Stream, Vocabulary
+from simulmt.core.stream_options import DEFAULTS
 from simulmt.core.vocabulary import special_token_ids, token_table, word_start_table
 
 
@@ -72,7 +73,8 @@ class Translator:
         return cls(loaded.model, loaded.tokenizer, source_lang=source_lang, target_lang=target_lang,
                    use_chat_template=use_chat_template, name=name, adapter=loaded.adapter, policy_head=head)
 
-    def make_policy(self, policy: str | Policy, k: int = 3, n: int = 3, tau: float = 0.5) -> Policy:
+    def make_policy(self, policy: str | Policy, k: int = DEFAULTS["k"], n: int = DEFAULTS["n"],
+                    tau: float = DEFAULTS["tau"]) -> Policy:
         """A policy by name with its options (``learned`` gets this translator's policy head), or as given."""
         if not isinstance(policy, str):
             return policy
@@ -80,8 +82,9 @@ class Translator:
             raise SimulmtError(NO_HEAD)
         return make_policy(policy, k=k, n=n, tau=tau, head=self.policy_head)
 
-    def session(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = 3, n: int = 3,
-                tau: float = 0.5, slot: int = 16, phi: int = 256, config: DecodeConfig | None = None,
+    def session(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = DEFAULTS["k"],
+                n: int = DEFAULTS["n"], tau: float = DEFAULTS["tau"], slot: int = DEFAULTS["slot"],
+                phi: int = DEFAULTS["phi"], config: DecodeConfig | None = None,
                 forced: list[tuple[int, int]] | None = None, record: bool = False,
                 sampler: Sampler | None = None) -> StreamingSession:
         layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
@@ -90,8 +93,9 @@ class Translator:
                                 config or DecodeConfig(), forced=forced, record=record, model_name=self.name,
                                 sampler=sampler)
 
-    def new_stream(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = 3,
-                   n: int = 3, tau: float = 0.5, slot: int = 16, phi: int = 256, config: DecodeConfig | None = None,
+    def new_stream(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = DEFAULTS["k"],
+                   n: int = DEFAULTS["n"], tau: float = DEFAULTS["tau"], slot: int = DEFAULTS["slot"],
+                   phi: int = DEFAULTS["phi"], config: DecodeConfig | None = None,
                    sampler: Sampler | None = None, record: bool = False, fmt: PromptFormat | None = None) -> Stream:
         """A model-free stream for an ``Engine`` (many streams, one model): push words, let the engine run it.
         ``fmt``: another prompt format than the translator's (the speech align stage's transcript prompt)."""

@@ -3,8 +3,9 @@
 The layouts and policies own their parameters (their constructors, registry.py): ``expost`` takes ``slot``, ``gpe``
 ``phi``, ``wait-k`` ``k``, ``read-n`` ``n``, ``learned`` ``tau``. A caller that gives a parameter the chosen layout
 and policy do not take made a mistake (``--layout prefix --slot 8``: prefix has no slots), and is told so, with
-what they take, instead of the option being dropped. A parameter not given (None) takes its default here: the one
-table of defaults of the command line, the service and the Python API's keyword arguments.
+what they take, instead of the option being dropped. A parameter not given (None) takes its default from
+``DEFAULTS``: the one table of defaults, which the command line's fields, the service's query options and the
+Python API's keyword arguments (``Translator.session`` / ``new_stream``) read.
 """
 
 from __future__ import annotations

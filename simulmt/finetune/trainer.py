@@ -99,7 +99,7 @@ class SimulTrainer(Trainer):
             return super()._save(output_dir, state_dict)
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         if self.args.should_save:
-            self.model.save_pretrained(output_dir, save_embedding_layers=False)
+            self.model.save_pretrained(output_dir, state_dict=state_dict, save_embedding_layers=False)
             if self.processing_class is not None:
                 self.processing_class.save_pretrained(output_dir)
 
@@ -515,7 +515,7 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
     layout_seconds = time.perf_counter() - built
     _say(f"{recipe.describe()}: {len(pairs)} pairs -> {stats.examples} examples, average length "
          f"{stats.average_length:.1f} tokens, {stats.label_tokens} labelled tokens "
-         f"({stats.too_long} too long, {stats.unplaceable} refused) in {time.perf_counter() - built:.1f} s")
+         f"({stats.too_long} too long, {stats.unplaceable} refused) in {layout_seconds:.1f} s")
     card = {"simulmt_version": __version__, "command": options.command_line(), "model": model_name,
             "recipe": recipe.describe(), "serve_with": recipe.inference(options.eval_k),
             "data": {"pairs_read": pair_stats.read, "pairs_empty": pair_stats.empty, **stats.to_json()}}
@@ -530,9 +530,8 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
     pad_id = pad_id if pad_id is not None else translator.fmt.end_id
     collator = SimulCollator(recipe.visibility, types, window, pad_id, alibi=adopt_alibi(model))
     total_steps = _total_steps(options, len(dataset))
-    device = str(next(model.parameters()).device) if not options.deepspeed else "cpu"
     checkpointing, why = choose_checkpointing(options, model, max(len(e["input_ids"]) for e in dataset.items),
-                                              training_device() if device == "cpu" and not options.deepspeed else device)
+                                              "cpu" if options.deepspeed else training_device())
     _say(f"activation checkpointing {why}")
     args = training_arguments(options, out, total_steps, checkpointing)
     limit = TimeLimit(options.max_minutes) if options.max_minutes else None

@@ -61,7 +61,7 @@ from pathlib import Path
 from simulmt.core.layouts import LAYOUTS
 from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
-from simulmt.core.stream_options import StreamOptions as checked_options
+from simulmt.core.stream_options import DEFAULTS, StreamOptions as checked_options
 from simulmt.errors import SimulmtError
 from simulmt.live_text import LiveText
 from simulmt.service.audio import AudioIntake
@@ -83,11 +83,11 @@ class StreamOptions:
 
     layout: str = "expost"
     policy: str = "wait-k"
-    k: int = 3
-    n: int = 3
-    tau: float = 0.5
-    slot: int = 16
-    phi: int = 256
+    k: int = DEFAULTS["k"]
+    n: int = DEFAULTS["n"]
+    tau: float = DEFAULTS["tau"]
+    slot: int = DEFAULTS["slot"]
+    phi: int = DEFAULTS["phi"]
     source_lang: str = "en"
     target_lang: str = "de"
     audio_rate: int = 16000  # the sample rate of the client's binary audio frames (resampled to 16 kHz)
