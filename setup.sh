@@ -103,8 +103,8 @@ PYEOF
 if project_ok; then
     say "project: editable install up to date, skipping"
 else
-    say "project: pip install -e '.[models,speech,speech-base,test]'"
-    pip_ install -e ".[models,speech,speech-base,test]"
+    say "project: pip install -e '.[models,speech,speech-base,longform,test]'"
+    pip_ install -e ".[models,speech,speech-base,longform,test]"
     echo "$WANT" > "$STAMP"
 fi
 

@@ -8,6 +8,8 @@
     session = tr.session(layout="expost", policy="wait-k", k=3)   # live: push words as they arrive
     session.push(["A", "man"]);  for word in session.advance(): print(word.text)
     session.push(["is", "riding"], finished=True); ...
+
+    talks = tr.translate_talks([talk_text, ...], window=ContextWindow(pairs=3))  # whole talks, with context
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from simulmt.errors import SimulmtError
 from simulmt.core.samplers import Sampler
 from simulmt.core.stream import Stream, Vocabulary
 from simulmt.core.stream_options import DEFAULTS
+from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
+from simulmt.core.talk import ContextWindow, Talk
 from simulmt.core.vocabulary import special_token_ids, token_table, word_start_table
 
 
@@ -103,6 +107,39 @@ class Translator:
         policy = self.make_policy(policy, k, n, tau)
         return Stream(self.tokenizer, fmt or self.fmt, layout, policy, self.vocabulary, config or DecodeConfig(),
                       sampler=sampler, record=record, model_name=self.name, max_positions=self.runner.max_positions)
+
+    def new_talk(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *,
+                 window: ContextWindow = ContextWindow(), max_words: int = DEFAULT_MAX_WORDS,
+                 k: int = DEFAULTS["k"], n: int = DEFAULTS["n"], tau: float = DEFAULTS["tau"],
+                 slot: int = DEFAULTS["slot"], phi: int = DEFAULTS["phi"], config: DecodeConfig | None = None,
+                 sampler: Sampler | None = None, record: bool = False) -> Talk:
+        """A model-free stream for a whole talk (simulmt.core.talk): it cuts the words pushed into sentences (at
+        most ``max_words`` each) and gives each the last finished pairs as context (``window``)."""
+        layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
+        policy = self.make_policy(policy, k, n, tau)
+        return Talk(self.tokenizer, self.fmt, layout, policy, self.vocabulary, config or DecodeConfig(),
+                    window=window, max_words=max_words, sampler=sampler, record=record, model_name=self.name,
+                    max_positions=self.runner.max_positions)
+
+    def translate_talks(self, talks: Iterable[str | list[str]], layout: str | Layout = "expost",
+                        policy: str | Policy = "wait-k", *, batch_size: int = 8,
+                        **kwargs) -> Iterator[Translation]:
+        """Translate whole talks (a text, or its lines), each as one ``Talk`` stream, up to ``batch_size`` talks
+        advanced together; yields each talk's ``Translation`` (delays in the talk's source words) in input order.
+        ``kwargs``: those of ``new_talk``."""
+
+        def streams():
+            for talk in talks:
+                words = (talk if isinstance(talk, str) else " ".join(talk)).split()
+                stream = self.new_talk(layout, policy, **kwargs)
+                try:
+                    stream.push(words, finished=True)
+                except SimulmtError as exc:
+                    stream.error = exc
+                yield stream
+
+        for stream in run_ordered(streams(), Engine(self.runner), batch_size):
+            yield stream.result()
 
     def check_stream(self, layout: str = "expost", policy: str = "wait-k", **options) -> None:
         """Fail now, saying why, if streams with these options cannot run on this model (the learned policy without

@@ -81,9 +81,15 @@ class Stream(Guesses):
         self.wants_features = bool(getattr(policy, "wants_features", False))
         head = getattr(policy, "head", None)  # a policy head on an inner layer: its decisions may stop a forward there
         self.features_layer: int | None = getattr(head, "layer", None) if self.wants_features else None
+        self._begin(fmt)
+
+    def _begin(self, fmt: PromptFormat) -> None:
+        """The state of a sentence about to start, after the prompt ``fmt.prompt`` (a talk starts each of its
+        sentences this way, with its context in the prompt: talk.py)."""
+        self.fmt = fmt
         self.stopped_at: tuple[int, tuple[PlacedToken, ...], torch.Tensor] | None = None  # (keep, tokens, features)
         # of the last forward if it stopped at ``features_layer``: the cache row does not hold ``tokens``
-        self.state = layout.start(fmt)
+        self.state = self.layout.start(fmt)
         self.fed: list[PlacedToken] = []  # what the stream's cache row holds, in order (a guess may end it)
         self.outputs: dict[int, Answer] = {}  # the last forward's answers: context length (tokens of ``fed`` up to
         # and including the token) -> (logits, last hidden state, best tokens: ``Vocabulary.best`` of the logits)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -51,3 +52,55 @@ class Translation:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def merge_translations(parts: Sequence[Translation], shared_clock: bool = False) -> Translation:
+    """The translations of a line's consecutive sentences -> the line's translation.
+
+    Predictions and sources are joined with spaces. Delays are offset by the source words of the earlier sentences
+    (a word written after 2 words of the second sentence, whose first sentence had 7, has delay 9), ``elapsed`` by
+    their wall time (``shared_clock``: not offset, each part's clock already started with the first part's, as in a
+    talk: talk.py); counters and wall time are summed. A sentence that failed (``error``) contributes its source
+    words and its cost but no target words; the line's ``error`` says which sentence failed and why.
+    """
+    if not parts:
+        raise ValueError("merge_translations needs at least one translation")
+    if len(parts) == 1:
+        return parts[0]
+    delays: list[int] = []
+    elapsed: list[float] = []
+    failed: dict[str, list[tuple[int, int, int]]] = {}  # error -> (sentence, first word, last word) of each
+    words_before, ms_before = 0, 0.0
+    for number, part in enumerate(parts, 1):
+        delays += [d + words_before for d in part.delays]
+        elapsed += part.elapsed if shared_clock else [round(e + ms_before, 3) for e in part.elapsed]
+        if part.error:
+            failed.setdefault(part.error, []).append((number, words_before + 1, words_before + part.source_length))
+        words_before += part.source_length
+        ms_before += part.wall_ms
+    errors = [_which_sentences(where, len(parts)) + f": {error}" for error, where in failed.items()]
+    first = parts[0]
+    return Translation(
+        source=" ".join(p.source for p in parts if p.source),
+        prediction=" ".join(p.prediction for p in parts if p.prediction),
+        delays=delays, elapsed=elapsed,
+        tokens_fed=sum(p.tokens_fed for p in parts), flops=sum(p.flops for p in parts),
+        layout=first.layout, policy=first.policy, slot=first.slot, model=first.model,
+        source_length=words_before, forward_calls=sum(p.forward_calls for p in parts),
+        cache_crops=sum(p.cache_crops for p in parts), refed_tokens=sum(p.refed_tokens for p in parts),
+        speculated=sum(p.speculated for p in parts), speculated_kept=sum(p.speculated_kept for p in parts),
+        wall_ms=parts[-1].wall_ms if shared_clock else round(ms_before, 3), error="; ".join(errors) or None)
+
+
+def _which_sentences(where: list[tuple[int, int, int]], total: int) -> str:
+    """``sentence 2 of 5 (source words 8-14)``, or for several with the same error ``sentences 1-3, 5 of 5``."""
+    if len(where) == 1:
+        number, first, last = where[0]
+        return f"sentence {number} of {total} (source words {first}-{last})"
+    runs: list[list[int]] = []
+    for number, _, _ in where:
+        if runs and runs[-1][1] == number - 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    return "sentences " + ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs) + f" of {total}"

@@ -17,6 +17,7 @@ from simulmt.evaluation.run_dir import (CONFIG, LOG, SIMULEVAL_CONFIG, _Lock, _w
                                         run_config, translate_run)
 from simulmt.evaluation.runs import RunResult, RunSpec
 from simulmt.evaluation.scores import score_run
+from simulmt.evaluation.talks import read_talks, talk_config, translate_talk_run
 from simulmt.evaluation.testset import TestSet, read_audio_test_set, read_test_set
 from simulmt.output_dir import check_output_dir
 
@@ -38,6 +39,10 @@ def evaluate(translator: "Translator", options: EvaluateOptions, *, progress: bo
     decides = getattr(translator, "learned_decides", None)  # a speech translator's
     configs = {spec: run_config(spec, translator.name, options, test_set, translator.dtype, decides)
                for spec in specs}
+    talks = None
+    if options.docids is not None:  # whole talks (talks.py): a run's records are talks
+        talks, path, sha = read_talks(options.docids, len(test_set.sources))
+        configs = {spec: talk_config(configs[spec], options, talks, path, sha) for spec in specs}
     for spec in specs:  # every conflict is found before an hour of translation, not after
         if (output / spec.name).is_dir():
             check_run_dir(output / spec.name, configs[spec])
@@ -46,8 +51,12 @@ def evaluate(translator: "Translator", options: EvaluateOptions, *, progress: bo
         return _evaluate_shard(translator, options, test_set, specs, configs, shard, progress, err)
     results = []
     for spec in specs:
-        translate_run(translator, spec, test_set, output / spec.name, configs[spec], progress=progress, err=err,
-                      batch_size=options.batch_size)
+        if talks is not None:
+            translate_talk_run(translator, spec, test_set, talks, output / spec.name, configs[spec],
+                               progress=progress, err=err, batch_size=options.batch_size)
+        else:
+            translate_run(translator, spec, test_set, output / spec.name, configs[spec], progress=progress, err=err,
+                          batch_size=options.batch_size)
         results.append(score_run(output / spec.name))
     results.sort(key=_grid_order)
     write_reports(output, results)

@@ -58,6 +58,15 @@ class EvaluateOptions:
     phi: int = phi_field()
     no_offline: bool = field(default=False, metadata={
         "help": "skip the offline run (expost layout, whole source first) that gives the plot's reference line"})
+    docids: str | None = field(default=None, metadata={
+        "help": "long-form: the talk (document) id of each source line; consecutive lines of one id form a talk, "
+                "translated as one stream (simulmt.core.talk) and scored on the whole talk: output resegmented to "
+                "the reference sentences, BLEU, chrF, StreamLAAL, LongYAAL (OmniSTEval, SimulStream; the "
+                "longform extra)", "metavar": "FILE"})
+    context_pairs: int = field(default=3, metadata={
+        "help": "with --docids: earlier sentence pairs of the talk kept as context (0: none)", "metavar": "N"})
+    context_tokens: int = field(default=384, metadata={
+        "help": "with --docids: at most this many context tokens (the oldest pairs go first)", "metavar": "N"})
     source_lang: str = language_field("en", "source")
     target_lang: str = language_field("de", "target")
     lines: int | None = field(default=None, metadata={
@@ -84,6 +93,13 @@ class EvaluateOptions:
             raise SimulmtError("give exactly one of --source (text) and --source-audio (a list of WAV files)")
         if self.speech_model is not None and (self.model is not None or self.adapter != "auto"):
             raise SimulmtError("--speech-model DIR carries its own LLM and adapter: give no --model / --adapter")
+        if self.docids is not None and self.source_audio:
+            raise SimulmtError("--docids (whole talks) takes a text --source; speech talks are not scored long-form "
+                               "yet")
+        if self.docids is not None and self.shard_of() is not None:
+            raise SimulmtError("--docids runs are not sharded (a shard would cut talks): run them in one process")
+        if self.context_pairs < 0 or self.context_tokens < 0:
+            raise SimulmtError("--context-pairs and --context-tokens must be at least 0")
         if self.asr_step_ms < 1:
             raise SimulmtError(f"--asr-step-ms must be at least 1, got {self.asr_step_ms}")
         for name in ("reference", "output"):

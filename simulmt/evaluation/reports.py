@@ -25,12 +25,27 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# whole talks (--docids): long-form scores (simulmt.metrics.longform), cost per reference sentence
+TALK_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("BLEU", "BLEU", ".2f"), ("chrF", "chrF", ".2f"), ("StreamLAAL", "StreamLAAL", ".2f"),
+    ("LongYAAL", "LongYAAL", ".2f"), ("LongLAAL", "LongLAAL", ".2f"), ("StreamLAAL_CA ms", "StreamLAAL_CA", ".0f"),
+    ("LongYAAL_CA ms", "LongYAAL_CA", ".0f"), ("tokens fed/sent", "tokens_fed", ".1f"),
+    ("GFLOPs/sent", "gflops", ".2f"), ("talks", "talks", "d"), ("sentences", "sentences", "d"),
+)
+
+
+def _columns(results: list[RunResult]) -> tuple[tuple[str, str, str], ...]:
+    return TALK_COLUMNS if results and "docids" in results[0].config else TABLE_COLUMNS
+
+
 def table_rows(results: Iterable[RunResult]) -> tuple[list[str], list[list[str]]]:
-    header = ["run"] + [title for title, _, _ in TABLE_COLUMNS]
+    results = list(results)
+    columns = _columns(results)
+    header = ["run"] + [title for title, _, _ in columns]
     rows = []
     for result in results:
         row = [result.name]
-        for _, key, fmt in TABLE_COLUMNS:
+        for _, key, fmt in columns:
             value = result.scores.get(key)
             row.append("n/a" if value is None or (isinstance(value, float) and math.isnan(value))
                        else format(value, fmt))
@@ -44,6 +59,14 @@ def _grid_caption(results: list[RunResult]) -> str:
     first = results[0].scores["signature"]
     models = sorted({r.scores["signature"]["model"] for r in results})
     lines = sorted({r.config["lines"] for r in results})  # asked for; unfinished runs are marked in the table
+    if "docids" in results[0].config:
+        talks = sorted({r.scores["talks"] for r in results})
+        return (f"model {', '.join(models)}; {Path(first['source']).name} -> {Path(first['reference']).name}, "
+                f"{'/'.join(map(str, talks))} whole talks ({Path(first['docids']).name}), context "
+                f"{first['context_pairs']} pairs / {first['context_tokens']} tokens; output resegmented to the "
+                f"reference sentences (OmniSTEval SoftSegmenter; StreamLAAL: SimulStream, mwerSegmenter); latency "
+                f"in source words, *_CA in ms at {first['ms_per_word']:g} ms per source word; simulmt "
+                f"{first['simulmt']}")
     if results[0].config.get("source_type") == "speech":
         latency = "latency in ms of audio (SimulEval 1.1.4 definitions), *_CA adds the compute time so far, in ms"
     else:
@@ -74,7 +97,8 @@ def write_reports(directory: Path, results: list[RunResult]) -> None:
                                            "runs": [r.scores for r in results]})
     (directory / RESULTS_MD).write_text(results_markdown(results), encoding="utf-8")
     points = [{"family": r.spec.family, "label": r.spec.point_label, "offline": r.spec.policy == "offline",
-               "BLEU": r.scores["BLEU"], "LAAL": r.scores["LAAL"], "LAAL_CA": r.scores["LAAL_CA"]}
+               "BLEU": r.scores["BLEU"], "LAAL": r.scores.get("LAAL", r.scores.get("StreamLAAL")),
+               "LAAL_CA": r.scores.get("LAAL_CA", r.scores.get("StreamLAAL_CA"))}
               for r in results]
     plot_bleu_laal(points, directory / PLOT, title="; ".join(_grid_caption(results).split("; ")[:2]))
 

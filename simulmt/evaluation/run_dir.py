@@ -25,7 +25,7 @@ LOG, CONFIG, SCORES, SIMULEVAL_CONFIG = "instances.log", "config.json", "scores.
 # config.json keys that must match for a rerun to continue a run (lines and ms_per_word may change)
 IDENTITY_KEYS = ("run", "model", "adapter", "dtype", "source_lang", "target_lang", "layout", "policy", "k", "n",
                  "slot", "phi", "decode", "simulmt", "source_sha256", "reference_sha256", "shard", "first_line",
-                 "learned_decides")
+                 "learned_decides", "docids_sha256", "context_pairs", "context_tokens", "talk_max_words")
 TIMING_KEYS = ("elapsed", "wall_ms")  # the only fields of an instance that depend on the machine and the moment
 
 

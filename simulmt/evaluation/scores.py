@@ -71,6 +71,10 @@ def score_run(directory: Path, ms_per_word: float | None = None, write: bool = T
     if not (directory / CONFIG).exists():
         raise SimulmtError(f"{directory} has no {CONFIG}, so its settings are unknown")
     config = _read_json(directory / CONFIG)
+    if "docids" in config:  # whole talks: scored long-form
+        from simulmt.evaluation.talks import score_talk_run
+
+        return score_talk_run(directory, ms_per_word, write)
     ms = config.get("ms_per_word", DEFAULT_MS_PER_SOURCE_UNIT) if ms_per_word is None else ms_per_word
     instances = read_log(directory / LOG)
     try:

@@ -87,6 +87,12 @@ class Layout(ABC):
         """Does the next target token continue the target text directly (no marker in between)?"""
         return bool(state.tokens) and state.tokens[-1].role is Role.TARGET
 
+    def context_ids(self, fmt: PromptFormat, source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
+        """A finished sentence pair as context before a later sentence of the same talk (talk.py): appended to the
+        prompt, it ends where a new sentence's source begins: a finished turn of the conversation, whatever the
+        layout."""
+        return source + fmt.target_opener + target + fmt.turn_end + fmt.user_header
+
     def training_view(self, tokens: list[PlacedToken]) -> list[PlacedToken]:
         """The placed list that training uses for the final list of a sentence (the same, except for ``naive``)."""
         return tokens

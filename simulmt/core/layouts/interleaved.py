@@ -49,6 +49,11 @@ class Interleaved(Conversation):
         end = state.fmt.end_of_translation if state.fmt.end_of_translation is not None else state.fmt.end_of_write
         state.tokens.append(PlacedToken(end, state.next_position, Role.END))
 
+    def context_ids(self, fmt: PromptFormat, source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
+        """A finished pair as context: its one chunk, as the interleaved translation ends."""
+        end = fmt.end_of_translation if fmt.end_of_translation is not None else fmt.end_of_write
+        return source + (fmt.end_of_read,) + target + (end,)
+
     def segment_ends(self, fmt: PromptFormat) -> tuple[int, ...]:
         """End-of-write asks for more source: with an end-of-translation token, it cannot end the translation."""
         return (fmt.end_of_write,) if fmt.end_of_translation is not None else ()

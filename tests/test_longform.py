@@ -1,0 +1,174 @@
+"""Long-form evaluation (``simulmt evaluate --docids``): whole talks as one stream each, scored by OmniSTEval
+(resegmented BLEU, chrF, LongYAAL, ...) and SimulStream (StreamLAAL), never re-implemented:
+
+* the scores of a hand-made fixture are those of OmniSTEval's and SimulStream's own commands run on the files the
+  run writes for them (and the LongYAAL of a talk checked by hand);
+* a run's talks are those of the docids file, each translated as ``Translator.translate_talks`` does;
+* it resumes a talk at a time; bad docids are errors before the model loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import tiny_translator, write_test_set
+from simulmt import cli
+from simulmt.core.talk import ContextWindow
+from simulmt.errors import SimulmtError
+from simulmt.evaluate import read_log
+from simulmt.evaluation.talks import LONGFORM, read_talks, score_talk_run
+from simulmt.metrics.longform import TalkOutput, longform_scores
+
+pytest.importorskip("omnisteval", reason="the longform extra (setup.sh installs it)")
+BIN = Path(sys.executable).parent
+
+SOURCES = ["The weather is nice today.", "The children are playing.", "Where is the station?",
+           "I like coffee.", "My brother works in Berlin.", "We go to the cinema tonight."]
+REFERENCES = ["Das Wetter ist heute schön.", "Die Kinder spielen.", "Wo ist der Bahnhof?",
+              "Ich mag Kaffee.", "Mein Bruder arbeitet in Berlin.", "Wir gehen heute Abend ins Kino."]
+DOCIDS = ["talk1", "talk1", "talk1", "talk2", "talk2", "talk2"]
+
+# hand-made: two talks, their words written after these many source words, at these ms since the talk began
+FIXTURE = [
+    TalkOutput("a", "I am here now. This is a nice example. Thank you.".split(),
+               [2, 3, 4, 4, 6, 6, 7, 8, 9, 11, 12], [10.0 * i for i in range(11)], [4, 5, 3],
+               ["I am here now.", "This is a good example.", "Thank you."]),
+    TalkOutput("b", "Good morning all. Today we speak about simultaneous translation.".split(),
+               [2, 3, 3, 5, 6, 7, 8, 9, 9], [5.0 * i for i in range(9)], [3, 6],
+               ["Good morning everyone.", "Today we talk about streaming translation."]),
+]
+
+
+def test_longyaal_of_a_hand_made_fixture_by_hand():
+    scores = longform_scores(FIXTURE, ms_per_word=300.0)
+    # talk a, sentence 1 (words 0-4): delays 2,3,4,4 against 4 reference words: YAAL = mean(2-0, 3-1, 4-2, 4-3)
+    # = 1.75; sentence 2 (offset 4, 5 words): 2,2,3,4,5 -> 1.2; sentence 3 (offset 9, length 3): 2 (the word at
+    # the talk's end, 12, is not counted); talk b: 2 and 5/3. Mean of the five.
+    assert scores["LongYAAL"] == pytest.approx((1.75 + 1.2 + 2 + 2 + 5 / 3) / 5)
+    assert scores["resegmented"] == ["I am here now.", "This is a nice example.", "Thank you.", "Good morning all.",
+                                     "Today we speak about simultaneous translation."]
+    assert scores["BLEU"] > 30 and scores["StreamLAAL"] > 0 and scores["LongYAAL_CA"] > scores["LongYAAL"] * 300
+
+
+def write_run(folder: Path, talks: list[TalkOutput], ms: float = 300.0) -> Path:
+    """A long-form run directory holding ``talks`` (what ``simulmt evaluate --docids`` writes)."""
+    folder.mkdir(parents=True)
+    config = {"run": "expost-slot16.wait-3", "model": "m", "adapter": "auto", "dtype": "float32", "source_lang": "en",
+              "target_lang": "en", "layout": "expost", "policy": "wait-k", "k": 3, "n": None, "tau": None,
+              "slot": 16, "phi": None, "simulmt": "0", "source": "src", "reference": "ref", "lines": len(talks),
+              "ms_per_word": ms, "batch_size": 1, "docids": "ids", "context_pairs": 3, "context_tokens": 384}
+    (folder / "config.json").write_text(json.dumps(config))
+    with open(folder / "instances.log", "w") as f:
+        for i, t in enumerate(talks):
+            f.write(json.dumps({"index": i, "source": t.name, "prediction": " ".join(t.words), "delays": t.delays,
+                                "elapsed": t.elapsed, "line_words": t.line_words, "references": t.references,
+                                "tokens_fed": 10, "flops": 1e9, "wall_ms": 5.0}) + "\n")
+    return folder
+
+
+def _command(name: str, *args: str, cwd: Path) -> str:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([str(BIN / name), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout + done.stderr
+
+
+def test_scores_equal_omnisteval_and_simulstream_run_on_the_files_written_for_them(tmp_path):
+    run = write_run(tmp_path / "run", FIXTURE)
+    result = score_talk_run(run)
+    assert json.loads((run / "scores.json").read_text())["LongYAAL"] == result.scores["LongYAAL"]
+    folder = run / LONGFORM
+    assert (folder / "resegmented.txt").read_text().splitlines()[1] == "This is a nice example."
+    _command("omnisteval", "longform", "--speech_segmentation", "segmentation.yaml", "--ref_sentences_file",
+             "references.txt", "--hypothesis_file", "hypotheses.jsonl", "--word_level", "--lang", "en", "--bleu_tokenizer", "13a",
+             "--output_folder", "omni", cwd=folder)
+    rows = (folder / "omni" / "scores.tsv").read_text().splitlines()[1:]
+    found = {name: float(value) for name, value in (row.split("\t") for row in rows)}
+    ms, close = 300.0, dict(abs=1e-4)  # (the file has 4 decimals)
+    assert found["BLEU"] == pytest.approx(result.scores["BLEU"], **close)
+    assert found["chrF"] == pytest.approx(result.scores["chrF"], **close)
+    assert found["LongYAAL (CU)"] / ms == pytest.approx(result.scores["LongYAAL"], **close)
+    assert found["LongLAAL (CU)"] / ms == pytest.approx(result.scores["LongLAAL"], **close)
+    assert found["LongYAAL (CA)"] == pytest.approx(result.scores["LongYAAL_CA"], **close)
+    out = _command("simulstream_score_latency", "--scorer", "stream_laal", "--eval-config", "simulstream.yaml",
+                   "--log-file", "simulstream.jsonl", "--reference", "references.txt", "--audio-definition",
+                   "segmentation.yaml", cwd=folder)
+    line = next(x for x in out.splitlines() if "LatencyScores" in x)
+    ideal = float(line.split("ideal_latency=")[1].split(",")[0])
+    aware = float(line.split("computational_aware_latency=")[1].split(")")[0])
+    assert ideal * 1000 / ms == pytest.approx(result.scores["StreamLAAL"], rel=1e-3)
+    assert aware * 1000 == pytest.approx(result.scores["StreamLAAL_CA"], rel=1e-3)
+
+
+@pytest.fixture(scope="module")
+def translator():
+    return tiny_translator("llama", True)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> tuple[Path, Path, Path]:
+    folder = tmp_path_factory.mktemp("talks")
+    source, reference = write_test_set(folder, SOURCES, REFERENCES)
+    docids = folder / "docids"
+    docids.write_text("\n".join(DOCIDS) + "\n")
+    return source, reference, docids
+
+
+def _args(data, output, *extra) -> list[str]:
+    return ["evaluate", "--source", str(data[0]), "--reference", str(data[1]), "--docids", str(data[2]),
+            "--output", str(output), "--ks", "2", "--no-offline", *extra]
+
+
+def test_evaluate_docids_streams_each_talk_and_scores_it_long_form(tmp_path, data, translator, loads, capsys):
+    output = tmp_path / "out"
+    assert cli.main(_args(data, output, "--layouts", "expost,prefix", "--context-pairs", "2", "--batch-size",
+                          "2")) == 0
+    table = capsys.readouterr().out
+    assert "StreamLAAL" in table and "LongYAAL" in table and "whole talks" in table
+    for run, layout in (("expost-slot16.wait-2", "expost"), ("prefix.wait-2", "prefix")):
+        records = read_log(output / run / "instances.log")
+        assert [r["source"] for r in records] == ["talk1", "talk2"]
+        expected = list(translator.translate_talks([SOURCES[:3], SOURCES[3:]], layout, "wait-k", k=2,
+                                                   window=ContextWindow(2, 384)))
+        assert [r["prediction"] for r in records] == [t.prediction for t in expected]
+        assert [r["delays"] for r in records] == [t.delays for t in expected]
+        assert records[0]["references"] == REFERENCES[:3] and records[1]["line_words"] == [3, 5, 6]
+        scores = json.loads((output / run / "scores.json").read_text())
+        for key in ("BLEU", "chrF", "StreamLAAL", "LongYAAL", "StreamLAAL_CA", "LongYAAL_CA"):
+            assert isinstance(scores[key], float), key
+        assert scores["talks"] == 2 and scores["sentences"] == 6 and scores["signature"]["context_pairs"] == 2
+        assert (output / run / LONGFORM / "hypotheses.jsonl").is_file()
+    assert "StreamLAAL" in (output / "results.md").read_text()
+    # rerun: nothing to do, the same scores; other context settings are refused
+    before = (output / "prefix.wait-2" / "scores.json").read_text()
+    assert cli.main(_args(data, output, "--layouts", "expost,prefix", "--context-pairs", "2")) == 0
+    assert json.loads((output / "prefix.wait-2" / "scores.json").read_text())["BLEU"] == json.loads(before)["BLEU"]
+    assert cli.main(_args(data, output, "--layouts", "prefix", "--context-pairs", "1")) == 1
+    assert "context_pairs" in capsys.readouterr().err
+
+
+def test_docids_errors(tmp_path):
+    ids = tmp_path / "ids"
+    ids.write_text("a\na\nb\na\n")
+    with pytest.raises(SimulmtError, match="consecutive"):
+        read_talks(ids, 4)
+    with pytest.raises(SimulmtError, match="fewer"):
+        read_talks(ids, 5)
+    ids.write_text("a\n\nb\n")
+    with pytest.raises(SimulmtError, match="empty"):
+        read_talks(ids, 3)
+    ids.write_text("x\nx\ny\n")
+    talks, _, _ = read_talks(ids, 3)
+    assert [(t.name, t.start, t.end) for t in talks] == [("x", 0, 2), ("y", 2, 3)]
+
+
+def test_docids_with_speech_or_shards_is_refused(tmp_path, data, loads, capsys):
+    assert cli.main(_args(data, tmp_path / "o", "--shard", "1/2")) == 2
+    assert "not sharded" in capsys.readouterr().err
+    assert not loads

@@ -1,0 +1,202 @@
+"""A talk as one stream (simulmt.core.talk): sentences cut from the words as they come, earlier pairs as context.
+
+* without context, a talk's sentences are those of the line splitter translated one by one (same words, delays on
+  the talk's clock);
+* with context, each sentence equals a fresh stream whose prompt holds that context (predictions, delays, and
+  every proposal's logits): keeping the cache row across sentences changes nothing but the cost;
+* the contexts a talk uses are those of ``context_prompts`` (the rule training uses), on the talk's own output;
+* batched talks equal each talk alone; a talk fed word by word equals one given whole, the cuts one word late;
+* a long talk runs in a bounded cache row.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import tiny_translator
+from simulmt.core.engine import Engine, run_batched
+from simulmt.core.layouts import Conversation, Expost, GroupPositions, PrefixRecompute
+from simulmt.core.policies import ReadN, WaitK
+from simulmt.core.session import DecodeConfig
+from simulmt.core.talk import ContextWindow, context_prompts
+from simulmt.errors import SimulmtError
+from simulmt.segment import merge_translations, split_sentences
+from tiny_models import CORPUS
+
+SENTENCES = [line.rstrip(".") + "." for line in CORPUS if line.split()][:6]
+TALK = " ".join(SENTENCES)
+TOLERANCE = 1e-5
+LAYOUTS = [Expost(slot=8), PrefixRecompute(), Conversation(), GroupPositions(phi=200)]
+
+
+def run_talk(tr, layout, policy, window, words=TALK.split(), **kwargs):
+    talk = tr.new_talk(layout, policy, window=window, record=True, **kwargs)
+    engine = Engine(tr.runner)
+    engine.add(talk)
+    talk.push(words, finished=True)
+    while engine.streams:
+        for event in engine.step():
+            if event.error is not None:
+                raise event.error
+    return talk
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda x: x.name)
+def test_without_context_a_talk_is_its_sentences_one_by_one(arch, layout):
+    tr = tiny_translator(arch)
+    talk = run_talk(tr, layout, WaitK(2), ContextWindow(pairs=0))
+    sentences = [" ".join(s) for s in split_sentences(TALK.split())]
+    assert len(sentences) == len(SENTENCES) == len(talk.sentences)
+    alone = merge_translations(tr.translate_many(sentences, layout, WaitK(2)))
+    result = talk.result()
+    assert result.prediction == alone.prediction and result.delays == alone.delays
+    assert result.source == TALK and result.source_length == len(TALK.split())
+    assert result.delays == sorted(result.delays) and result.delays[-1] <= result.source_length
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda x: x.name)
+def test_each_sentence_equals_a_fresh_stream_with_its_context(arch, layout):
+    tr = tiny_translator(arch)
+    window = ContextWindow(pairs=2, tokens=120)
+    talk = run_talk(tr, layout, WaitK(2), window)
+    assert len(talk.recorded) == len(SENTENCES)
+    prompts = {len(fmt.prompt) for fmt, *_ in talk.recorded}
+    assert len(prompts) > 2  # the context grew and was cut back
+    pairs = [(source, target) for _, source, target, _ in talk.recorded]
+    expected = context_prompts(layout, tr.fmt, pairs, window)  # the training rule, on the talk's own pairs
+    for (fmt, _, _, proposals), context, sentence, part in zip(talk.recorded, expected, SENTENCES, talk.sentences):
+        assert fmt.prompt == tr.fmt.prompt + context
+        fresh = tr.new_stream(layout, WaitK(2), record=True, fmt=fmt)
+        fresh.push(sentence.split(), finished=True)
+        run_batched([fresh], Engine(tr.runner), 1)
+        assert fresh.result().prediction == part.prediction and fresh.result().delays == part.delays
+        assert len(fresh.proposals) == len(proposals)
+        for p, q in zip(fresh.proposals, proposals):
+            assert p.context == q.context and p.token == q.token
+            scale = max(1.0, float(p.logits.abs().max()))
+            assert float((p.logits - q.logits).abs().max()) <= TOLERANCE * scale
+
+
+@pytest.mark.parametrize("layout", LAYOUTS[:3], ids=lambda x: x.name)  # (gpe: a growing context passes phi)
+def test_the_cache_row_keeps_the_context_across_sentences(layout):
+    """While the window grows, a sentence does not compute the prompt and context of the sentence before it again:
+    only the newest pair (as context) and its own tokens."""
+    tr = tiny_translator("llama")
+    window = ContextWindow(pairs=8, tokens=4000)  # never overflows here
+    talk = run_talk(tr, layout, WaitK(2), window, " ".join(SENTENCES[:4]).split())  # (within 512 positions)
+    for i in range(1, 4):
+        fmt, before = talk.recorded[i][0], talk.recorded[i - 1][0]
+        fresh = tr.new_stream(layout, WaitK(2), fmt=fmt)
+        fresh.push(SENTENCES[i].split(), finished=True)
+        run_batched([fresh], Engine(tr.runner), 1)
+        assert fresh.result().prediction == talk.sentences[i].prediction
+        assert fresh.result().tokens_fed - talk.sentences[i].tokens_fed == len(before.prompt)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_batched_talks_equal_each_talk_alone(arch):
+    tr = tiny_translator(arch)
+    window = ContextWindow(pairs=2, tokens=100)
+    texts = [TALK, " ".join(SENTENCES[2:] + SENTENCES[:2]), " ".join(SENTENCES[:3]), ""]
+    work = [(Expost(slot=8), WaitK(2)), (PrefixRecompute(), WaitK(3)), (Conversation(), ReadN(2, max_segment_words=3)),
+            (Expost(slot=8), WaitK(1))]
+    alone = [run_talk(tr, layout, policy, window, text.split()).result() for text, (layout, policy) in zip(texts, work)]
+    talks = []
+    for text, (layout, policy) in zip(texts, work):
+        talk = tr.new_talk(layout, policy, window=window)
+        talk.push(text.split(), finished=True)
+        talks.append(talk)
+    run_batched(talks, Engine(tr.runner), batch_size=3)
+    for a, talk in zip(alone, talks):
+        b = talk.result()
+        assert (b.prediction, b.delays, b.tokens_fed) == (a.prediction, a.delays, a.tokens_fed)
+    assert talks[-1].result().prediction == ""
+
+
+def test_a_talk_fed_word_by_word_cuts_where_one_given_whole_does():
+    tr = tiny_translator("llama")
+    window = ContextWindow(pairs=2, tokens=200)
+    whole = run_talk(tr, Expost(slot=8), WaitK(2), window)
+    talk = tr.new_talk(Expost(slot=8), WaitK(2), window=window)
+    engine = Engine(tr.runner)
+    engine.add(talk)
+    words, written = TALK.split(), []
+    for i, word in enumerate(words):
+        talk.push([word], finished=i + 1 == len(words))
+        written += [w for e in engine.run() for w in e.words]
+    assert not engine.streams
+    assert [len(s.source.split()) for s in talk.sentences] == [len(s.source.split()) for s in whole.sentences]
+    assert [w.index for w in written] == list(range(len(written)))  # numbered over the talk
+    assert [w.delay for w in written] == sorted(w.delay for w in written)
+    result = talk.result()
+    assert result.source == TALK and len(result.prediction.split()) == len(result.delays)
+
+
+def test_context_window_evicts_half_at_once():
+    window = ContextWindow(pairs=4, tokens=100)
+    assert window.evict([10, 10, 10, 10]) == 0
+    assert window.evict([10, 10, 10, 10, 10]) == 3  # 5 pairs > 4: keep 2
+    assert window.evict([60, 30]) == 0  # 90 tokens fit
+    assert window.evict([60, 30, 20]) == 1  # 110 > 100: keep at most 50 tokens and 2 pairs
+    assert window.evict([120]) == 1  # a pair longer than the window is not kept
+    assert ContextWindow(pairs=0).evict([1, 2]) == 2
+    with pytest.raises(SimulmtError, match="at least 0"):
+        ContextWindow(pairs=-1)
+
+
+def test_a_talk_cuts_long_unpunctuated_input_at_max_words():
+    tr = tiny_translator("llama")
+    words = TALK.replace(".", "").replace("?", "").split()
+    talk = run_talk(tr, Expost(slot=8), WaitK(2), ContextWindow(pairs=1), words, max_words=7)
+    assert [len(s.source.split()) for s in talk.sentences[:-1]] == [7] * (len(talk.sentences) - 1)
+    assert talk.result().source == " ".join(words)
+    with pytest.raises(SimulmtError, match="teacher-forced"):
+        tr.runner and __import__("simulmt.core.talk").core.talk.Talk(
+            tr.tokenizer, tr.fmt, Expost(), WaitK(2), tr.vocabulary, forced=[(1, 0)])
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def long_talk(tr, sentences: int, window: ContextWindow) -> tuple[int, int, list[int]]:
+    """A talk of ``sentences`` sentences: (most tokens its row held, most positions, resident memory at each tenth
+    of the talk)."""
+    words = " ".join(SENTENCES[i % len(SENTENCES)] for i in range(sentences)).split()
+    talk = tr.new_talk(Expost(slot=8), WaitK(2), window=window, config=DecodeConfig(max_len_a=1.0, max_len_b=2))
+    engine = Engine(tr.runner)
+    engine.add(talk)
+    talk.push(words, finished=True)
+    most, furthest, memory = 0, 0, []
+    while engine.streams:
+        engine.step()
+        if engine.streams:
+            most = max(most, int(engine.cache.lengths[0]))
+            furthest = max(furthest, max(t.position for t in talk.fed))
+            if len(talk.sentences) >= (len(memory) + 1) * sentences // 10:
+                memory.append(resident_bytes())
+    assert talk.result().source_length == len(words) and len(talk.sentences) == sentences
+    return most, furthest, memory
+
+
+def test_a_long_talk_runs_in_a_bounded_cache_row():
+    tr = tiny_translator("llama")
+    window = ContextWindow(pairs=3, tokens=160)
+    most, furthest, _ = long_talk(tr, 150, window)  # about 1,000 words
+    bound = len(tr.fmt.prompt) + window.tokens + 64 * 3  # the window, and one sentence of at most ~64 tokens each side
+    assert most <= bound and furthest <= bound
+
+
+@pytest.mark.slow
+def test_a_two_hour_talk_keeps_its_cache_and_memory_flat():
+    """18,000 words (two hours at 150 words a minute): the row never grows past the window and a sentence, and
+    the process's memory does not grow with the talk beyond its output (a few MB of words and delays)."""
+    tr = tiny_translator("llama")
+    window = ContextWindow(pairs=3, tokens=160)
+    most, furthest, memory = long_talk(tr, 2700, window)
+    bound = len(tr.fmt.prompt) + window.tokens + 64 * 3
+    assert most <= bound and furthest <= bound
+    assert memory[-1] - memory[1] < 48 * 2**20, [m // 2**20 for m in memory]
