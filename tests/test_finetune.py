@@ -449,6 +449,11 @@ def test_command_line_end_to_end(corpus, tmp_path, capsys):
     card = json.loads(capsys.readouterr().out)
     assert card["data"]["examples"] == 16 and card["serve_with"]["layout"] == "conversation"
     assert not out.exists()
+    assert cli.main(["finetune", *common, "--dry-run", "--context-pairs", "2"]) == 0  # with context: longer prompts
+    with_context = json.loads(capsys.readouterr().out)
+    assert with_context["context"]["pairs"] == 2 and card["context"] is None
+    assert with_context["data"]["label_tokens"] == card["data"]["label_tokens"]
+    assert with_context["data"]["average_length"] > card["data"]["average_length"]
     assert cli.main(["finetune", *common, "--max-steps", "2", "--batch-size", "4", "--grad-accum", "1",
                      "--lora-rank", "4", "--dev-source", corpus["dev_source"], "--dev-reference",
                      corpus["dev_reference"], "--eval-lines", "2"]) == 0

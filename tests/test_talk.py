@@ -200,3 +200,46 @@ def test_a_two_hour_talk_keeps_its_cache_and_memory_flat():
     bound = len(tr.fmt.prompt) + window.tokens + 64 * 3
     assert most <= bound and furthest <= bound
     assert memory[-1] - memory[1] < 48 * 2**20, [m // 2**20 for m in memory]
+
+
+TARGETS = ["Das Wetter ist schön.", "Ich möchte Kaffee, bitte.", "Wo ist der Bahnhof?", "Mein Bruder arbeitet.",
+           "Wir gehen ins Kino.", "Die Kinder spielen."]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2"])
+@pytest.mark.parametrize("recipe", ["expost", "prefix"])
+def test_training_with_context_lays_out_a_talks_prompts_and_keeps_parity(arch, recipe):
+    """Training with context (finetune --context-pairs): each pair's prompt holds the pairs before it in its
+    document by the talk's rule, and the training forward of such an example equals streaming with that prompt
+    (which a talk's sentence equals: test_each_sentence_equals_a_fresh_stream_with_its_context)."""
+    import copy
+
+    from simulmt.core.prompt_format import source_units, word_tokens
+    from simulmt.finetune import data
+    from simulmt.finetune.recipes import Recipe
+    from simulmt.finetune.schedules import Schedule
+    from simulmt.parity import teacher_forced_parity
+
+    tr = tiny_translator(arch)
+    window = ContextWindow(pairs=2, tokens=80)
+    pairs = [data.Pair(s, t, "one" if i < 4 else "two") for i, (s, t) in enumerate(zip(SENTENCES, TARGETS))]
+    r = Recipe(recipe, Schedule("wait-k", (2,)), slot=8)
+    formats = data.context_formats(r.layout(), tr.fmt, tr.tokenizer, pairs, window)
+    ids = [(tuple(t for u in source_units(tr.tokenizer, tr.fmt, p.source.split()) for t in u),
+            tuple(t for j, w in enumerate(p.target.split())
+                  for t in word_tokens(tr.tokenizer, w, j > 0 or tr.fmt.target_first_space))) for p in pairs]
+    expected = (context_prompts(r.layout(), tr.fmt, ids[:4], window)
+                + context_prompts(r.layout(), tr.fmt, ids[4:], window))  # context never crosses documents
+    assert [f.prompt for f in formats] == [tr.fmt.prompt + c for c in expected]
+    assert formats[4].prompt == tr.fmt.prompt and len(formats[3].prompt) > len(tr.fmt.prompt)
+    built = data.build_dataset(r, tr.fmt, tr.tokenizer, pairs, 1024, seed=0, context=window)
+    plain = data.build_dataset(r, tr.fmt, tr.tokenizer, pairs, 1024, seed=0)
+    assert built.stats.label_tokens == plain.stats.label_tokens and built.stats.tokens > plain.stats.tokens
+    for i in (1, 3):  # a sentence with context: training forward == streaming with that prompt
+        with_context = copy.copy(tr)
+        with_context.fmt = formats[i]
+        delays = [min(2 + j, len(pairs[i].source.split())) for j in range(len(pairs[i].target.split()))]
+        run = teacher_forced_parity(with_context, r.layout(), pairs[i].source, pairs[i].target, delays)
+        assert run.unmatched == 0 and run.labels > 0
+        assert run.max_diff <= 1e-4
+        assert run.examples[-1].tokens[:len(formats[i].prompt)] == run.session.fed[:len(formats[i].prompt)]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,8 @@ import torch
 
 from simulmt.errors import SimulmtError
 from simulmt.core.examples import IGNORE, TrainingExample
+from simulmt.core.prompt_format import source_units, word_tokens
+from simulmt.core.talk import ContextWindow, context_prompts
 from simulmt.text_input import read_lines, require_text
 from simulmt.finetune.pretokenized import Pretokenized
 
@@ -35,6 +37,7 @@ from simulmt.finetune.pretokenized import Pretokenized
 class Pair:
     source: str
     target: str
+    document: str = ""  # the talk or article it belongs to (context comes from the pairs before it in it)
 
 
 @dataclass
@@ -54,7 +57,7 @@ def _read_lines(path: str | Path, what: str) -> list[str]:
 def _clean(pairs: Iterable[tuple[str, str]], limit: int | None, stats: PairStats) -> list[Pair]:
     """Whitespace-normalised pairs, empty ones skipped, up to ``limit`` pairs (``pairs`` is consumed lazily)."""
     out = []
-    for source, target in pairs:
+    for source, target, *document in pairs:
         if limit is not None and len(out) >= limit:
             break
         stats.read += 1
@@ -62,17 +65,23 @@ def _clean(pairs: Iterable[tuple[str, str]], limit: int | None, stats: PairStats
         if not source or not target:
             stats.empty += 1
             continue
-        out.append(Pair(source, target))
+        out.append(Pair(source, target, *document))
     return out
 
 
 def parallel_files(source: str, target: str, limit: int | None = None, what: str = "training data",
-                   stats: PairStats | None = None) -> list[Pair]:
+                   stats: PairStats | None = None, docids: str | None = None) -> list[Pair]:
+    """``docids``: a file naming each line's document (line-aligned), for training with context."""
     src, tgt = _read_lines(source, f"{what} source"), _read_lines(target, f"{what} target")
     if len(src) != len(tgt):
         raise SimulmtError(f"{what}: {source} has {len(src)} lines but {target} has {len(tgt)}; "
                            f"the two files must be aligned line by line")
-    return _clean(list(zip(src, tgt)), limit, stats or PairStats())
+    if docids is None:
+        return _clean(list(zip(src, tgt)), limit, stats or PairStats())
+    ids = [i.strip() for i in _read_lines(docids, f"{what} docids")]
+    if len(ids) != len(src):
+        raise SimulmtError(f"{what}: {docids} has {len(ids)} lines but {source} has {len(src)}")
+    return _clean(list(zip(src, tgt, ids)), limit, stats or PairStats())
 
 
 def tsv_file(path: str, limit: int | None = None, stats: PairStats | None = None) -> list[Pair]:
@@ -179,22 +188,42 @@ def encode(example: TrainingExample) -> dict[str, np.ndarray]:
     }
 
 
+def context_formats(layout, fmt, tokenizer, pairs: list[Pair], window: ContextWindow) -> list:
+    """The prompt format of each pair when it is trained with context: the talk's rule (``context_prompts``) over
+    the pairs before it in its document (``Pair.document``; the pairs in order), their targets encoded as a
+    stream writes them (each word with its leading space after the first)."""
+    formats, document = [], []
+    for i, pair in enumerate(pairs + [None]):
+        if pair is None or (document and pair.document != pairs[i - 1].document):
+            ids = [(tuple(t for unit in source_units(tokenizer, fmt, p.source.split()) for t in unit),
+                    tuple(t for j, w in enumerate(p.target.split())
+                          for t in word_tokens(tokenizer, w, j > 0 or fmt.target_first_space))) for p in document]
+            formats += [replace(fmt, prompt=fmt.prompt + c) for c in context_prompts(layout, fmt, ids, window)]
+            document = []
+        if pair is not None:
+            document.append(pair)
+    return formats
+
+
 def build_dataset(recipe, fmt, tokenizer, pairs: list[Pair], max_length: int, seed: int,
-                  progress: bool = False) -> ExampleDataset:
+                  progress: bool = False, context: ContextWindow | None = None) -> ExampleDataset:
     """Lay out every pair with ``recipe`` and the prompt format ``fmt`` (deterministic for a seed: a resumed run
-    rebuilds the same data)."""
+    rebuilds the same data); with ``context``, each pair's prompt holds the pairs before it in its document, as
+    a talk's sentence's does (simulmt.core.talk)."""
     rng = random.Random(seed)
     stats, items = BuildStats(), []
     tokenizer = Pretokenized.for_pairs(tokenizer, pairs)  # every word encoded in one batched call
-    iterator = pairs
+    formats = context_formats(recipe.layout(), fmt, tokenizer, pairs, context) if context else [fmt] * len(pairs)
+    iterator = zip(pairs, formats)
     if progress:
         from tqdm import tqdm
 
-        iterator = tqdm(pairs, desc=f"laying out {recipe.name} examples", unit="pair", dynamic_ncols=True)
-    for pair in iterator:
+        iterator = tqdm(iterator, total=len(pairs), desc=f"laying out {recipe.name} examples", unit="pair",
+                        dynamic_ncols=True)
+    for pair, pair_fmt in iterator:
         stats.pairs += 1
         try:
-            examples, drawn = recipe.examples(fmt, tokenizer, pair.source, pair.target, rng)
+            examples, drawn = recipe.examples(pair_fmt, tokenizer, pair.source, pair.target, rng)
         except SimulmtError:
             if recipe.name != "gpe":
                 raise

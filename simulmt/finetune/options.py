@@ -42,6 +42,15 @@ class FinetuneOptions:
     dev_reference: str | None = field(default=None, metadata={
         "help": "dev reference translations, aligned with --dev-source", "metavar": "FILE"})
     limit: int | None = field(default=None, metadata={"help": "use only the first N training pairs", "metavar": "N"})
+    context_pairs: int = field(default=0, metadata={
+        "help": "train with context: each pair's prompt holds up to N pairs before it in its document, by the "
+                "rule a talk streams with (simulmt.core.talk; serve with evaluate --docids / --context-pairs N). "
+                "The pairs are taken in file order: one document, unless --train-docids", "metavar": "N"})
+    context_tokens: int = field(default=384, metadata={
+        "help": "with --context-pairs: at most this many context tokens", "metavar": "N"})
+    train_docids: str | None = field(default=None, metadata={
+        "help": "with --train-source: each line's document (talk, article), line-aligned; context never crosses "
+                "from one document to the next", "metavar": "FILE"})
     source_lang: str = language_field("en", "source")
     target_lang: str = language_field("de", "target")
     # ---- model and recipe ----
@@ -163,6 +172,10 @@ class FinetuneOptions:
         for name in ("limit", "max_steps", "eval_k"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.context_pairs < 0 or self.context_tokens < 0:
+            raise SimulmtError("--context-pairs and --context-tokens must be at least 0")
+        if self.train_docids and not self.train_source:
+            raise SimulmtError("--train-docids goes with --train-source/--train-target (line-aligned files)")
         if self.max_length < 16:
             raise SimulmtError(f"--max-length must be at least 16, got {self.max_length}")
         if self.lr is not None and self.lr <= 0:

@@ -38,6 +38,7 @@ from simulmt import __version__
 from simulmt.errors import SimulmtError
 from simulmt.output_dir import check_output_dir
 from simulmt.core.examples import IGNORE
+from simulmt.core.talk import ContextWindow
 from simulmt.finetune import data
 from simulmt.finetune.collator import SimulCollator
 from simulmt.finetune.configs import deepspeed_config
@@ -230,7 +231,7 @@ def _say(message: str) -> None:
 def load_pairs(options: FinetuneOptions, stats: data.PairStats) -> list[data.Pair]:
     o = options
     if o.train_source:
-        return data.parallel_files(o.train_source, o.train_target, o.limit, stats=stats)
+        return data.parallel_files(o.train_source, o.train_target, o.limit, stats=stats, docids=o.train_docids)
     if o.train_tsv:
         return data.tsv_file(o.train_tsv, o.limit, stats=stats)
     if o.train_jsonl:
@@ -509,8 +510,9 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
         translator = Translator(translator.model, translator.tokenizer, source_lang=options.source_lang,
                                 target_lang=options.target_lang, name=translator.name)
     built = loaded_at = time.perf_counter()
+    context = ContextWindow(options.context_pairs, options.context_tokens) if options.context_pairs else None
     dataset = data.build_dataset(recipe, translator.fmt, translator.tokenizer, pairs, options.max_length,
-                                 options.seed, progress=progress)
+                                 options.seed, progress=progress, context=context)
     stats = dataset.stats
     layout_seconds = time.perf_counter() - built
     _say(f"{recipe.describe()}: {len(pairs)} pairs -> {stats.examples} examples, average length "
@@ -518,6 +520,9 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
          f"({stats.too_long} too long, {stats.unplaceable} refused) in {layout_seconds:.1f} s")
     card = {"simulmt_version": __version__, "command": options.command_line(), "model": model_name,
             "recipe": recipe.describe(), "serve_with": recipe.inference(options.eval_k),
+            "context": {"pairs": options.context_pairs, "tokens": options.context_tokens,
+                        "documents": options.train_docids or "the pairs in order, one document"}
+            if context else None,
             "data": {"pairs_read": pair_stats.read, "pairs_empty": pair_stats.empty, **stats.to_json()}}
     if options.dry_run:
         print(json.dumps(card, indent=2, ensure_ascii=False))
