@@ -172,3 +172,13 @@ def test_docids_with_speech_or_shards_is_refused(tmp_path, data, loads, capsys):
     assert cli.main(_args(data, tmp_path / "o", "--shard", "1/2")) == 2
     assert "not sharded" in capsys.readouterr().err
     assert not loads
+
+
+def test_the_computation_aware_clock_overlaps_compute_with_the_talk():
+    from simulmt.metrics.longform import realtime_emissions
+
+    # word 1 arrives at 300 ms, word 2 at 600, word 3 at 900; the stream reads 1 and 2 (1 ms), writes a word
+    # (4 ms later), reads 3, and spends 500 ms on the next word: a read waits for its word, compute adds up
+    assert realtime_emissions([2, 3], [5.0, 506.0], [0.0, 1.0, 6.0], 300.0) == [604.0, 1400.0]
+    # compute slower than speech: the clock falls behind the talk and stays behind
+    assert realtime_emissions([1, 2], [400.0, 800.0], [0.0, 400.0], 300.0) == [700.0, 1100.0]

@@ -90,6 +90,7 @@ class Stream(Guesses):
         self.stopped_at: tuple[int, tuple[PlacedToken, ...], torch.Tensor] | None = None  # (keep, tokens, features)
         # of the last forward if it stopped at ``features_layer``: the cache row does not hold ``tokens``
         self.state = self.layout.start(fmt)
+        self.read_ms: list[float] = []  # per source unit read: ms since the start (the clock of its read)
         self.fed: list[PlacedToken] = []  # what the stream's cache row holds, in order (a guess may end it)
         self.outputs: dict[int, Answer] = {}  # the last forward's answers: context length (tokens of ``fed`` up to
         # and including the token) -> (logits, last hidden state, best tokens: ``Vocabulary.best`` of the logits)
@@ -410,6 +411,7 @@ class Stream(Guesses):
     # ---- steps -----------------------------------------------------------------------------------------------
     def _read(self) -> None:
         self.layout.read(self.state, self.units[self.state.units_read])
+        self.read_ms.append((time.perf_counter() - self.t0) * 1000.0)
         self.drafts = self._guess()
         self.held = None
         if self.model_ended_segment:  # reads count from the end of a segment, an empty one too (read-n: n more)
@@ -554,4 +556,5 @@ class Stream(Guesses):
             source_length=len(self.source_words), forward_calls=self.forward_calls, cache_crops=self.cache_crops,
             refed_tokens=self.refed_tokens, speculated=self.speculated, speculated_kept=self.speculated_kept,
             stopped_forwards=self.stopped_forwards, wall_ms=round(wall, 3),
+            read_elapsed=[round(ms, 3) for ms in self.read_ms],
             error=str(self.error) if self.error is not None else None)

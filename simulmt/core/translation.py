@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -49,6 +49,7 @@ class Translation:
     stopped_forwards: int = 0  # forwards that stopped at a policy head's inner layer (a READ: layer_split.py)
     wall_ms: float = 0.0
     error: str | None = None
+    read_elapsed: list[float] = field(default_factory=list)  # ms since the start when each source unit was read
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -69,11 +70,13 @@ def merge_translations(parts: Sequence[Translation], shared_clock: bool = False)
         return parts[0]
     delays: list[int] = []
     elapsed: list[float] = []
+    reads: list[float] = []
     failed: dict[str, list[tuple[int, int, int]]] = {}  # error -> (sentence, first word, last word) of each
     words_before, ms_before = 0, 0.0
     for number, part in enumerate(parts, 1):
         delays += [d + words_before for d in part.delays]
         elapsed += part.elapsed if shared_clock else [round(e + ms_before, 3) for e in part.elapsed]
+        reads += part.read_elapsed if shared_clock else [round(e + ms_before, 3) for e in part.read_elapsed]
         if part.error:
             failed.setdefault(part.error, []).append((number, words_before + 1, words_before + part.source_length))
         words_before += part.source_length
@@ -89,7 +92,8 @@ def merge_translations(parts: Sequence[Translation], shared_clock: bool = False)
         source_length=words_before, forward_calls=sum(p.forward_calls for p in parts),
         cache_crops=sum(p.cache_crops for p in parts), refed_tokens=sum(p.refed_tokens for p in parts),
         speculated=sum(p.speculated for p in parts), speculated_kept=sum(p.speculated_kept for p in parts),
-        wall_ms=parts[-1].wall_ms if shared_clock else round(ms_before, 3), error="; ".join(errors) or None)
+        wall_ms=parts[-1].wall_ms if shared_clock else round(ms_before, 3), error="; ".join(errors) or None,
+        read_elapsed=reads)
 
 
 def _which_sentences(where: list[tuple[int, int, int]], total: int) -> str:

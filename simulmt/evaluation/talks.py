@@ -27,6 +27,7 @@ from simulmt.evaluation.run_dir import (CONFIG, LOG, SCORES, SIMULEVAL_CONFIG, _
                                         check_run_dir, read_log)
 from simulmt.evaluation.runs import RunResult, RunSpec
 from simulmt.evaluation.testset import TestSet, _read_lines
+from simulmt.metrics.longform import realtime_emissions
 
 if TYPE_CHECKING:
     from simulmt.core.translation import Translation
@@ -77,7 +78,7 @@ def talk_record(index: int, talk: TalkLines, translation: "Translation", test_se
               "delays": translation.delays, "elapsed": translation.elapsed,
               "prediction_length": len(translation.delays), "source_length": translation.source_length,
               "line_words": [len(s.split()) for s in sources], "references": test_set.references[talk.start:talk.end],
-              "source_lines": sources, "tokens_fed": translation.tokens_fed, "flops": translation.flops,
+              "source_lines": sources, "read_elapsed": translation.read_elapsed, "tokens_fed": translation.tokens_fed, "flops": translation.flops,
               "wall_ms": translation.wall_ms, "forward_calls": translation.forward_calls,
               "cache_crops": translation.cache_crops, "refed_tokens": translation.refed_tokens}
     if translation.error:
@@ -133,7 +134,7 @@ def talk_outputs(records: list[dict]):
     from simulmt.metrics.longform import TalkOutput
 
     return [TalkOutput(r["source"], r["prediction"].split(), r["delays"], r["elapsed"], r["line_words"],
-                       r["references"], r.get("source_lines", ())) for r in records]
+                       r["references"], r.get("source_lines", ()), r.get("read_elapsed", ())) for r in records]
 
 
 def score_talk_run(directory: Path, ms_per_word: float | None = None, write: bool = True) -> RunResult:
@@ -184,7 +185,8 @@ def write_longform_inputs(folder: Path, records: list[dict], ms: float, resegmen
             refs.append(reference)
             start += words
         cu = [d * ms for d in r["delays"]]
-        ca = [d * ms + e for d, e in zip(r["delays"], r["elapsed"])]
+        ca = (realtime_emissions(r["delays"], r["elapsed"], r["read_elapsed"], ms) if r.get("read_elapsed")
+              else [d * ms + e for d, e in zip(r["delays"], r["elapsed"])])
         hypotheses.append(json.dumps({"source": f"{r['source']}.wav", "prediction": r["prediction"], "delays": cu,
                                       "elapsed": ca, "source_length": start * ms}, ensure_ascii=False))
         stream_log.append(json.dumps({"id": number, "metadata": {"wav_name": f"{r['source']}.wav"}}))

@@ -9,9 +9,13 @@ Pure functions of plain lists, computed by the field's own libraries (the ``long
 Time: a text talk has no clock of its own, so a source word lasts ``ms_per_word`` (SimulEval's convention for the
 computation-aware metrics). Reference sentence ``i`` of a talk covers its source line ``i``: it starts after the
 earlier lines' words and lasts its own words. A target word written after ``d`` source words were read is emitted
-at ``d * ms_per_word`` (computation-unaware), and at that plus the wall time since the talk began (``elapsed``,
-computation-aware). The computation-unaware latencies are reported in source words (as the short-form ones), the
-computation-aware ones (``*_CA``) in ms. LongYAAL counts no word emitted at or after the end of the talk (its
+at ``d * ms_per_word`` (computation-unaware). Computation-aware, the talk is replayed on a real-time clock
+(:func:`realtime_emissions`): source word ``n`` arrives at ``n * ms_per_word``, the compute measured between the
+stream's events (each read, each word written) advances the clock, and a read waits for its word to arrive; a word
+is emitted at the clock's time when it was written. (Adding the compute since the talk began to ``d *
+ms_per_word``, as the sentence-level ``*_CA`` do, would count an hour of compute against the last word of an
+hour's talk although it ran while the talk was spoken.) The computation-unaware latencies are reported in source
+words (as the short-form ones), the computation-aware ones (``*_CA``) in ms. LongYAAL counts no word emitted at or after the end of the talk (its
 definition: OmniSTEval's ``time_to_recording_end``); StreamLAAL and LongLAAL do.
 
 COMET / XCOMET: OmniSTEval's ``comet`` extra with a checkpoint the user has (``comet_model``: a name its hub
@@ -28,7 +32,7 @@ from simulmt.errors import SimulmtError
 
 INSTALL = "pip install 'simulmt[longform]' (OmniSTEval, SimulStream, mweralign)"
 SIGNATURE = ("OmniSTEval-{omni}|resegment:SoftSegmenter|BLEU:13a|StreamLAAL:SimulStream-{stream},mwerSegmenter|"
-             "time:{ms:g}ms-per-source-word|CU:words|CA:ms")
+             "time:{ms:g}ms-per-source-word|CU:words|CA:ms,real-time-clock")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class TalkOutput:
     line_words: Sequence[int]  # per reference sentence: the words of its source line
     references: Sequence[str]  # the reference sentences, in order
     sources: Sequence[str] = field(default=())  # the source lines (COMET only)
+    read_elapsed: Sequence[float] = field(default=())  # per source word read: ms since the talk began (the
+    # real-time clock of the computation-aware latency; without it, d * ms_per_word + elapsed)
 
     def __post_init__(self):
         if not (len(self.words) == len(self.delays) == len(self.elapsed)):
@@ -62,10 +68,28 @@ def _libraries():
     return omnisteval
 
 
+def realtime_emissions(delays: Sequence[float], elapsed: Sequence[float], read_elapsed: Sequence[float],
+                       ms_per_word: float) -> list[float]:
+    """When each word would be emitted if the stream ran in real time: the stream's events (read of source word
+    ``n`` at ``read_elapsed[n - 1]``, write of word ``j`` at ``elapsed[j]``, ms of compute since it began) replayed
+    on a clock that compute advances and that a read holds until its word has arrived (``n * ms_per_word``)."""
+    events = sorted([(e, 0, n) for n, e in enumerate(read_elapsed, 1)] + [(e, 1, j) for j, e in enumerate(elapsed)])
+    clock, last, out = 0.0, 0.0, [0.0] * len(elapsed)
+    for at, kind, which in events:
+        clock += at - last
+        last = at
+        if kind == 0:
+            clock = max(clock, which * ms_per_word)
+        else:
+            out[which] = clock
+    return out
+
+
 def _times(talk: TalkOutput, ms: float) -> tuple[list[float], list[float], list[tuple[float, float]], float]:
     """(emission CU, emission CA, (start, duration) per reference sentence, talk end), all in ms."""
     cu = [d * ms for d in talk.delays]
-    ca = [d * ms + e for d, e in zip(talk.delays, talk.elapsed)]
+    ca = (realtime_emissions(talk.delays, talk.elapsed, talk.read_elapsed, ms) if talk.read_elapsed
+          else [d * ms + e for d, e in zip(talk.delays, talk.elapsed)])
     spans, start = [], 0.0
     for n in talk.line_words:
         spans.append((start, n * ms))
@@ -143,4 +167,4 @@ def longform_scores(talks: Sequence[TalkOutput], ms_per_word: float = 300.0, lan
                                           ms=ms_per_word)}
 
 
-__all__ = ["INSTALL", "TalkOutput", "longform_scores", "resegment", "stream_laal"]
+__all__ = ["INSTALL", "TalkOutput", "longform_scores", "realtime_emissions", "resegment", "stream_laal"]
