@@ -15,7 +15,7 @@ from websockets.sync.client import connect  # noqa: E402
 
 from helpers import tiny_translator  # noqa: E402
 from simulmt.service.audio import _resampler  # noqa: E402
-from simulmt.speech.cascade import cut_sentences  # noqa: E402
+from simulmt.segment import split_sentences  # noqa: E402
 from simulmt.speech.recognizer import RecognizerOptions  # noqa: E402
 from test_service import receive_all, running  # noqa: E402
 from test_speech_cascade import SCRIPT, FakeWhisper, spoken  # noqa: E402
@@ -44,7 +44,7 @@ def speak(address: str, script, piece: int = 6400, query: str = "k=2") -> list[d
 
 def expected_sentences(script, k: int = 2) -> list[str]:
     tr = tiny_translator("llama")
-    return [tr.translate(" ".join(script[s]), "expost", "wait-k", k=k).prediction for s in cut_sentences(script, 64)]
+    return [tr.translate(" ".join(s), "expost", "wait-k", k=k).prediction for s in split_sentences(script, 64)]
 
 
 def test_audio_frames_are_heard_and_translated_sentence_by_sentence():

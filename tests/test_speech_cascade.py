@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from helpers import through_simuleval_agent, tiny_translator
-from simulmt.speech.cascade import CascadeTranslator, cut_sentences
+from simulmt.segment import split_sentences
+from simulmt.speech.cascade import CascadeTranslator
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
 from simulmt.speech.recognizer import RecognizerOptions, StreamingRecognizer
 
@@ -103,11 +104,11 @@ def test_the_cascade_translates_sentence_by_sentence_and_live_equals_batched(tmp
     audio = spoken()
     live = tr.translate(audio, "expost", "wait-k", k=2)
     assert live.heard == " ".join(SCRIPT) and live.unit == "words"
-    sentences = cut_sentences(SCRIPT, 64)
+    sentences = split_sentences(SCRIPT, 64)  # the talk's cuts (no context by default: each sentence alone)
     assert len(sentences) == 3
-    alone = [tr.translator.translate(" ".join(SCRIPT[s]), "expost", "wait-k", k=2) for s in sentences]
+    alone = [tr.translator.translate(" ".join(s), "expost", "wait-k", k=2) for s in sentences]
     assert live.prediction == " ".join(a.prediction for a in alone)
-    offsets = [s.start for s in sentences]
+    offsets = [sum(len(x) for x in sentences[:i]) for i in range(len(sentences))]
     assert live.delays == [d + o for a, o in zip(alone, offsets) for d in a.delays]
     assert len(live.delays_ms) == len(live.delays) and all(0 < ms <= 1000 * len(audio) / 16000
                                                              for ms in live.delays_ms)

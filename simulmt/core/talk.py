@@ -1,8 +1,9 @@
 """A talk: a whole talk as one stream on one cache row, its sentences in turn, earlier pairs kept as context.
 
 A talk's source never finishes per sentence: words arrive (``push``) and the talk cuts them into sentences itself,
-with the rule of sentence_ends.py (a sentence end needs the next word, so the cut comes one word late) and a bound
-of ``max_words`` words where no end comes (a recogniser without punctuation). Each sentence is decoded as a
+with the rule of sentence_ends.py and a bound of ``max_words`` words where no end comes (a recogniser without
+punctuation). A word goes to the current sentence as soon as it arrives; whether it ended the sentence is known
+when the next word comes (which then waits for the next sentence). Each sentence is decoded as a
 ``Stream`` sentence is (same layout, policy and rules); when it is done, the next one starts on the same cache
 row, after a prompt that holds the instruction and the last finished pairs (the context)::
 
@@ -48,7 +49,7 @@ class ContextWindow:
     each bound is left (``(pairs + 1) // 2`` pairs, ``tokens // 2`` tokens): the context changes, and is computed
     again, once every few sentences. ``pairs=0``: no context (each sentence alone, still one stream)."""
 
-    pairs: int = 3
+    pairs: int = 0  # (no context by default: the shipped adapters were trained without it)
     tokens: int = 384
 
     def __post_init__(self):
@@ -105,6 +106,7 @@ class Talk(Stream):
         self.context: deque[tuple[int, ...]] = deque()  # the window's pairs, oldest first (``context_ids``)
         self.sentences: list[Translation] = []  # each finished sentence's translation (its own delays)
         self.source_before = self.words_before = 0  # source words and target words of the finished sentences
+        self.target_tokens_before = 0  # target tokens of the finished sentences
         self.recorded: list = []  # with ``record``: (prompt format, source ids, target ids, proposals) per sentence
 
     # ---- the source side -------------------------------------------------------------------------------------
@@ -127,22 +129,20 @@ class Talk(Stream):
                            "per utterance")
 
     def _route(self) -> None:
-        """Give the current sentence the queued words that belong to it; say when it has its last."""
+        """Give the current sentence the queued words that belong to it, at once; close it when the next word
+        says it has ended (or at ``max_words``, or at the talk's end)."""
         if self.stream_finished:
             return  # the sentence has all its words: the rest waits for the next one
         take, ends = [], False
         while self.queue:
             word = self.queue[0][0]
-            if len(self.source_words) + len(take) + 1 >= self.max_words:
-                ends = True
-            elif len(self.queue) > 1:
-                ends = ends_sentence(word, self.queue[1][0])
-            elif self.talk_finished:
-                ends = True
-            elif ends_sentence(word, "A"):  # it ends the sentence unless the next word says otherwise
+            before = take[-1][0] if take else (self.source_words[-1] if self.source_words else None)
+            if before is not None and ends_sentence(before, word):
+                ends = True  # the word begins the next sentence
                 break
             take.append(self.queue.popleft())
-            if ends:
+            if len(self.source_words) + len(take) >= self.max_words:
+                ends = True
                 break
         ends = ends or (self.talk_finished and not self.queue)
         if take or ends:
@@ -172,6 +172,7 @@ class Talk(Stream):
                                   self.proposals))
         self.source_before += part.source_length
         self.words_before += len(self.written)
+        self.target_tokens_before += len(self.target_tokens)
         if last:
             return
         source = tuple(t for unit in self.units for t in unit)

@@ -63,8 +63,9 @@ class EvaluateOptions:
                 "translated as one stream (simulmt.core.talk) and scored on the whole talk: output resegmented to "
                 "the reference sentences, BLEU, chrF, StreamLAAL, LongYAAL (OmniSTEval, SimulStream; the "
                 "longform extra)", "metavar": "FILE"})
-    context_pairs: int = field(default=3, metadata={
-        "help": "with --docids: earlier sentence pairs of the talk kept as context (0: none)", "metavar": "N"})
+    context_pairs: int = field(default=0, metadata={
+        "help": "with --docids: earlier sentence pairs of the talk kept as context (0: none; for an adapter "
+                "trained with context, finetune --context-pairs)", "metavar": "N"})
     context_tokens: int = field(default=384, metadata={
         "help": "with --docids: at most this many context tokens (the oldest pairs go first)", "metavar": "N"})
     source_lang: str = language_field("en", "source")

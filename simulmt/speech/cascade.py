@@ -2,16 +2,17 @@
 its confirmed words to a text translator (any layout and policy), as they are confirmed.
 
     audio pieces -> StreamingRecognizer -> confirmed words (each with the audio time it was confirmed at)
-                 -> LiveText (sentence cuts: the recogniser's punctuation, or ``max_words``)
-                 -> one text stream per sentence (``Stream.push`` with the update that confirmed each word as its
-                    arrival) -> translated words
+                 -> one talk-level stream (simulmt.core.talk: it cuts sentences at the recogniser's punctuation,
+                    or ``max_words``; ``Stream.push`` with the update that confirmed each word as its arrival)
+                 -> translated words
 
 The words a transcript confirms arrive together (one arrival): a learned policy decides once per update. A target
 word's delay is in source words over the whole talk, and in ms (``delays_ms``) it is the time its last source word
 was confirmed. ``elapsed`` counts the recogniser's compute with the LLM's, so computation-aware latency (``*_CA``)
 includes both. Memory is bounded for audio of any length: the recogniser's buffer is bounded (``trim_ms``) and
-every sentence is a stream of its own (at most ``max_words`` words), so no context grows; what carries over from
-one sentence to the next is only the recogniser's prompt (the last confirmed words).
+the talk's cache row holds its context window and one sentence (at most ``max_words`` words); what carries over
+from one sentence to the next is the recogniser's prompt (the last confirmed words) and the context the window
+asks for (none by default).
 
 ``CascadeTranslator`` has the interface of ``SpeechTranslator`` (the EASiST model in ``model.py``): ``session``,
 ``translate``, ``translate_iter``, so every tool (translate --audio, evaluate --source-audio, bench --audio, demo
@@ -21,13 +22,13 @@ one sentence to the next is only the recogniser's prompt (the last confirmed wor
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import numpy as np
 
+from simulmt.core.requests import Status
 from simulmt.core.stream import Translation, WrittenWord
 from simulmt.errors import SimulmtError
-from simulmt.live_text import Boundary, LiveText
 from simulmt.segment import DEFAULT_MAX_WORDS
 from simulmt.speech.model import SpeechTranslation, play, policy_for_speech
 from simulmt.speech.recognizer import ConfirmedWord, RecognizerOptions, StreamingRecognizer, Whisper, as_float_audio
@@ -144,12 +145,10 @@ class CascadeTranslator:
                 try:
                     words, spent, duration = self.recognise(as_float_audio(read_audio(path)))
                     facts.update(words=words, spent=spent, duration=duration)
-                    for sentence in cut_sentences([w.text for w in words], self.max_words):
-                        stream = self.translator.new_stream(layout, policy, **kwargs)
-                        chosen = words[sentence.start:sentence.stop]
-                        stream.push([w.text for w in chosen], finished=True, arrivals=[w.update for w in chosen])
-                        facts["sentences"].append(stream)
-                        owner[id(stream)] = facts
+                    talk = self.translator.new_talk(layout, policy, max_words=self.max_words, **kwargs)
+                    talk.push([w.text for w in words], finished=True, arrivals=[w.update for w in words])
+                    facts["sentences"].append(talk)
+                    owner[id(talk)] = facts
                 except SimulmtError as exc:
                     facts["error"] = str(exc)
                 spent_here = time.perf_counter() - started
@@ -176,13 +175,7 @@ class CascadeTranslator:
 
     def _merged(self, facts: dict, layout: str, policy: str) -> SpeechTranslation:
         words, spent = facts["words"], facts["spent"]
-        results, offsets = [], []
-        offset = 0
-        for stream in facts["sentences"]:
-            results.append(stream.result())
-            offsets.append(offset)
-            offset += len(stream.source_words)
-        merged = merge_sentences(results, offsets, layout, policy)
+        merged = facts["sentences"][0].result() if facts["sentences"] else merge_sentences([], [], layout, policy)
         asr_ms = [1000.0 * spent[min(words[d - 1].update, len(spent) - 1)] if d else 0.0 for d in merged.delays]
         merged.elapsed = [round(e + a, 3) for e, a in zip(merged.elapsed, asr_ms)]
         return SpeechTranslation(**{**asdict(merged), "source": facts["path"]},
@@ -194,81 +187,53 @@ class CascadeTranslator:
 
 class CascadeSession:
     """One live recording: ``push_audio`` pieces as they arrive, ``finish``; each yields the words written (their
-    ``delay``: source words read over the whole recording)."""
+    ``delay``: source words read over the whole recording). The confirmed words go to one ``Talk`` stream (the
+    talk-level stream of ``translate`` and ``evaluate --docids``: it cuts the sentences, keeps the context the
+    ``window`` asks for) on an engine of its own."""
 
     def __init__(self, owner: CascadeTranslator, session_kwargs: dict):
+        from simulmt.core.engine import Engine
+
         self.owner, self.kwargs = owner, session_kwargs
         self.recognizer = StreamingRecognizer(owner.whisper, owner.options)
-        self.live = sentence_cutter(owner.max_words)
+        self.talk = owner.translator.new_talk(max_words=owner.max_words, **session_kwargs)
+        self.engine = Engine(owner.translator.runner, share_prompts=False)
+        self.engine.add(self.talk)
         self.heard: list[ConfirmedWord] = []  # every confirmed word, in order
-        self.text = None  # the current sentence's session
-        self.results: list[Translation] = []
-        self.offsets: list[int] = []  # source words before each finished sentence
-        self.words_before = 0
-        self.tokens_before = 0  # target tokens of the finished sentences
         self.t0: float | None = None
 
     def push_audio(self, samples: np.ndarray):
         """More audio (16 kHz mono, int16 or float); yields the words it let the translator write."""
-        if self.t0 is None:
-            self.t0 = time.perf_counter()
+        self._start()
         yield from self._take(self.recognizer.push(samples), finished=False)
 
     def finish(self):
         """The end of the audio; yields the last words."""
+        self._start()
+        yield from self._take(self.recognizer.finish(), finished=True)
+
+    def _start(self) -> None:
         if self.t0 is None:
             self.t0 = time.perf_counter()
-        yield from self._take(self.recognizer.finish(), finished=True)
+            self.talk.t0 = self.t0  # elapsed counts from the first audio, the recogniser's compute included
 
     def _take(self, confirmed: list[ConfirmedWord], finished: bool):
         self.heard += confirmed
-        actions = self.live.feed("".join(w.text + " " for w in confirmed))
-        if finished:
-            actions += self.live.end()
-        by_text = iter(confirmed)  # LiveText gives a Word per confirmed word (one piece each, no length bound)
-        batch: list[ConfirmedWord] = []
-        for action in actions:
-            if isinstance(action, Boundary):
-                yield from self._push(batch, finished=False)
-                batch = []
-                yield from self._end_sentence()
+        if confirmed or finished:
+            self.talk.push([w.text for w in confirmed], finished=finished, arrivals=[w.update for w in confirmed])
+        while True:  # act until the talk needs more words (or is done)
+            step = self.talk.step()
+            yield from step.words
+            if step.status is Status.NEEDS_MODEL:
+                self.engine.serve([(self.talk, step.request)])
                 continue
-            batch.append(next(by_text))
-        yield from self._push(batch, finished=False)
-
-    def _push(self, words: list[ConfirmedWord], finished: bool):
-        if not words:
+            if step.status is Status.DONE and self.engine.streams:
+                self.engine.remove(self.talk)
             return
-        if self.text is None:
-            self.text = self.owner.translator.session(**self.kwargs)
-            self.text.t0 = self.t0  # elapsed counts from the first audio, the recogniser's compute included
-        self.text.push([w.text for w in words], finished=finished, arrivals=[w.update for w in words])
-        yield from self._offset(self.text.advance())
-
-    def _end_sentence(self):
-        if self.text is None:
-            return
-        self.text.push([], finished=True)
-        yield from self._offset(self.text.advance())
-        self.results.append(self.text.result())
-        self.offsets.append(self.words_before)
-        self.words_before += len(self.text.source_words)
-        self.tokens_before += self._tokens(self.text)
-        self.text = None
-
-    @staticmethod
-    def _tokens(text) -> int:
-        from simulmt.core.placed import Role
-
-        return sum(1 for t in text.state.tokens if t.role is Role.TARGET)
 
     def target_tokens(self) -> int:
         """Target tokens placed so far, over every sentence."""
-        return self.tokens_before + (self._tokens(self.text) if self.text is not None else 0)
-
-    def _offset(self, words):
-        for word in words:
-            yield replace(word, delay=word.delay + self.words_before if word.delay else 0)
+        return self.talk.target_tokens_before + (0 if self.talk.done_talk else len(self.talk.target_tokens))
 
     def heard_words(self) -> list[str]:
         """The words the recogniser confirmed so far."""
@@ -279,34 +244,12 @@ class CascadeSession:
         return self.heard[word.delay - 1].confirmed_ms if word.delay else 0.0
 
     def result(self) -> SpeechTranslation:
-        merged = merge_sentences(self.results, self.offsets, str(self.kwargs["layout"]),
-                                 getattr(self.kwargs["policy"], "name", str(self.kwargs["policy"])))
+        merged = self.talk.result()
         return SpeechTranslation(**asdict(merged), delays_ms=[self.heard[d - 1].confirmed_ms if d else 0.0
                                                               for d in merged.delays],
                                  duration_ms=self.recognizer.received_ms,
                                  encoder_ms=round(1000.0 * self.recognizer.seconds, 3), adapter_ms=0.0,
                                  unit="words", heard=" ".join(w.text for w in self.heard))
-
-
-def sentence_cutter(max_words: int) -> LiveText:
-    """Sentence cuts over the recogniser's words: its punctuation, or ``max_words`` (no bound on a word's length:
-    the recogniser's words are a few tokens each)."""
-    return LiveText(max_words, max_word_chars=1 << 30)
-
-
-def cut_sentences(words: list[str], max_words: int) -> list[slice]:
-    """The sentences the live path cuts a word sequence into, as slices of it."""
-    live = sentence_cutter(max_words)
-    actions = live.feed("".join(w + " " for w in words)) + live.end()
-    cuts, start, index = [], 0, 0
-    for action in actions:
-        if isinstance(action, Boundary):
-            if index > start:
-                cuts.append(slice(start, index))
-            start = index
-        else:
-            index += 1
-    return cuts
 
 
 def merge_sentences(results: list[Translation], offsets: list[int], layout: str, policy: str) -> Translation:
