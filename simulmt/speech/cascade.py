@@ -76,9 +76,14 @@ class CascadeTranslator:
 
     # ---- live ------------------------------------------------------------------------------------------------
     def session(self, layout: str = "expost", policy: str = "wait-k", **kwargs) -> "CascadeSession":
+        """A live recording; ``kwargs``: the stream's options, and ``window`` (a ``ContextWindow``: earlier pairs
+        of the talk as context)."""
+        window = kwargs.pop("window", None)
         self.translator.check_stream(layout, policy, **kwargs)  # options that cannot work fail now
         kwargs = dict(kwargs)
-        return CascadeSession(self, dict(layout=layout, policy=self._policy(policy, kwargs), **kwargs))
+        policy = self._policy(policy, kwargs)
+        return CascadeSession(self, dict(layout=layout, policy=policy, **kwargs,
+                                         **({"window": window} if window is not None else {})))
 
     def _policy(self, policy, kwargs: dict):
         """The policy (by name: ``k``/``n``/``tau`` taken out of ``kwargs``); a learned one decides once per
