@@ -8,9 +8,9 @@ context) is reported and skipped, and makes the exit code 1. An output folder th
 before the model loads (:mod:`simulmt.output_dir`); a file error later on, standard output included (``> /dev/full``),
 is one line and exit code 1; a closed pipe (``| head``) ends quietly. No error ends in a traceback.
 
-``translate`` reads its input with :mod:`simulmt.text_input` (strict UTF-8, line by line), splits each line into
-sentences of at most ``--max-words`` words (:mod:`simulmt.segment`), translates them (:func:`translate_sentences`)
-and merges their translations into one output line.
+``translate`` reads its input with :mod:`simulmt.text_input` (strict UTF-8, line by line) and translates each line
+as one talk (:func:`translate_line`; simulmt.core.talk): cut into sentences of at most ``--max-words`` words, each
+given the earlier pairs ``--context-pairs`` asks for, their translations one output line.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from simulmt.option_fields import (adapter_field, batch_size_field, device_field
                                     model_field)
 from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
-from simulmt.segment import DEFAULT_MAX_WORDS, merge_translations, split_sentences
+from simulmt.core.talk import ContextWindow
+from simulmt.segment import DEFAULT_MAX_WORDS
 from simulmt.core.session import Translation, WrittenWord
 from simulmt.core.stream_options import StreamOptions
 from simulmt.text_input import Line, read_lines, stream_lines
@@ -70,8 +71,13 @@ class TranslateOptions:
     source_lang: str = language_field("en", "source")
     target_lang: str = language_field("de", "target")
     max_words: int = field(default=DEFAULT_MAX_WORDS, metadata={
-        "help": "each line is translated sentence by sentence; a sentence longer than this many words is cut "
-                "there (bounds the time and the context one sentence takes)", "metavar": "N"})
+        "help": "each line is translated sentence by sentence (one talk); a sentence longer than this many words "
+                "is cut there (bounds the time and the context one sentence takes)", "metavar": "N"})
+    context_pairs: int = field(default=0, metadata={
+        "help": "a line is one talk: each sentence sees up to N earlier pairs of it as context (for an adapter "
+                "trained with context: finetune --context-pairs)", "metavar": "N"})
+    context_tokens: int = field(default=384, metadata={
+        "help": "with --context-pairs: at most this many context tokens", "metavar": "N"})
     jsonl: bool = field(default=False, metadata={
         "help": "write one JSON object per input line (prediction, delays, timings, compute counts)"})
     audio: str | None = field(default=None, metadata={
@@ -101,6 +107,8 @@ class TranslateOptions:
         for name in ("k", "n", "slot", "phi", "max_words", "batch_size", "asr_step_ms"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.context_pairs < 0 or self.context_tokens < 0:
+            raise SimulmtError("--context-pairs and --context-tokens must be at least 0")
         if self.tau is not None and not 0.0 <= self.tau <= 1.0:
             raise SimulmtError(f"--tau must be within 0..1, got {self.tau}")
         if self.speech_model is None:  # (a speech model's card chooses the layout and policy: checked when read)
@@ -122,6 +130,13 @@ class TranslateOptions:
     def session_kwargs(self, defaults: dict | None = None) -> dict:
         """``stream_options(defaults)`` as keyword arguments of ``Translator.session`` (defaults filled in)."""
         return self.stream_options(defaults).session_kwargs()
+
+    def window(self) -> ContextWindow:
+        return ContextWindow(self.context_pairs, self.context_tokens)
+
+    def talk_kwargs(self, defaults: dict | None = None) -> dict:
+        """Keyword arguments of ``Translator.talk_session`` / ``translate_talks``: a line is a talk."""
+        return {**self.session_kwargs(defaults), "window": self.window(), "max_words": self.max_words}
 
 
 @dataclass(frozen=True)
@@ -211,36 +226,8 @@ def _stderr_is_terminal() -> bool:
 
 
 # ---- translate ---------------------------------------------------------------------------------------------------
-def translate_sentences(translator: "Translator", sentences: list[list[str]], session_kwargs: dict, *,
-                        on_word: Callable[[WrittenWord], None] | None = None,
-                        on_sentence: Callable[[Translation], None] | None = None) -> list[Translation]:
-    """Translate each sentence (a list of words) as a stream of its own: one ``Translation`` per sentence, in order.
-
-    A sentence that cannot be translated (a ``SimulmtError``, e.g. too long for the model's context) gives a
-    ``Translation`` with ``error`` and no target words, and the next sentence is translated all the same.
-    ``on_word`` sees every target word as it is written, ``on_sentence`` every finished sentence. This is the one
-    place where ``translate`` decodes: the batched engine (``Translator.translate_many``) can take all the
-    sentences at once here where no word is shown live (wall times then overlap: ``elapsed`` needs a rule).
-    """
-    results = []
-    for words in sentences:
-        session = None
-        try:
-            session = translator.session(**session_kwargs)
-            for word in session.stream(" ".join(words)):
-                if on_word is not None:
-                    on_word(word)
-            result = session.result()
-        except SimulmtError as exc:
-            result = _failed(session, words, str(exc))
-        results.append(result)
-        if on_sentence is not None:
-            on_sentence(result)
-    return results
-
-
 def _failed(session, words: list[str], error: str) -> Translation:
-    """The record of a sentence that could not be translated: empty prediction, the work done so far, the error."""
+    """The record of a line that could not be translated: empty prediction, the work done so far, the error."""
     source = " ".join(words)
     result = session.result() if session is not None else Translation(source, "", [], [], 0, 0.0, "", "", None)
     return replace(result, source=source, source_length=len(words), prediction="", delays=[], elapsed=[],
@@ -250,11 +237,21 @@ def _failed(session, words: list[str], error: str) -> Translation:
 def translate_line(translator: "Translator", text: str, options: TranslateOptions, *,
                    on_word: Callable[[WrittenWord], None] | None = None,
                    on_sentence: Callable[[Translation], None] | None = None) -> Translation:
-    """One input line, of any length: split into sentences of at most ``options.max_words`` words, each translated,
-    merged into one ``Translation`` whose delays count the source words of the whole line."""
-    sentences = split_sentences(text.split(), options.max_words) or [[]]  # an empty line: no model call
-    return merge_translations(translate_sentences(translator, sentences, options.session_kwargs(), on_word=on_word,
-                                                  on_sentence=on_sentence))
+    """One input line, of any length, as one talk (simulmt.core.talk): cut into sentences of at most
+    ``options.max_words`` words, each given the context ``options.context_pairs`` asks for. Its ``Translation``
+    counts delays over the line's source words. A sentence that cannot be translated (e.g. too long for the
+    model's context) has ``error`` in its part and no target words; the next is translated all the same.
+    ``on_word`` sees every target word as it is written, ``on_sentence`` every finished sentence."""
+    session = None
+    try:
+        session = translator.talk_session(**options.talk_kwargs())
+        session.on_sentence = on_sentence
+        for word in session.stream(text):
+            if on_word is not None:
+                on_word(word)
+        return session.result()
+    except SimulmtError as exc:  # e.g. a word that is not valid text
+        return _failed(session, text.split(), str(exc))
 
 
 def _line_failed(line: Line) -> Translation:
@@ -266,38 +263,27 @@ def _line_failed(line: Line) -> Translation:
 def translate_lines_batched(translator: "Translator", lines: Iterable[Line], options: TranslateOptions,
                             on_sentence: Callable[[Translation], None] | None = None
                             ) -> Iterator[tuple[Line, Translation]]:
-    """Every sentence of every line through one engine, ``options.batch_size`` streams at a time; yields each
-    line with its merged ``Translation`` in input order, as soon as its sentences are done. Lines are read
-    lazily: standard input of any length runs in bounded memory."""
-    queue: deque[tuple[Line, int | None]] = deque()  # lines read so far, with their sentence counts
+    """Every line as a talk through one engine, ``options.batch_size`` talks at a time; yields each line with its
+    ``Translation`` in input order, as soon as it is done. Lines are read lazily: standard input of any length runs
+    in bounded memory."""
+    queue: deque[Line] = deque()  # lines read so far, not yet yielded
 
-    def sentences() -> Iterator[str]:
+    def texts() -> Iterator[str]:
         for line in lines:
-            if line.text is None:
-                queue.append((line, None))
-                continue
-            parts = split_sentences(line.text.split(), options.max_words) or [[]]
-            queue.append((line, len(parts)))
-            yield from (" ".join(words) for words in parts)
+            queue.append(line)
+            if line.text is not None:
+                yield line.text
 
-    done: list[Translation] = []
+    def unreadable() -> Iterator[tuple[Line, Translation]]:
+        while queue and queue[0].text is None:
+            line = queue.popleft()
+            yield line, _line_failed(line)
 
-    def complete() -> Iterator[tuple[Line, Translation]]:
-        while queue and (queue[0][1] is None or len(done) >= queue[0][1]):
-            line, count = queue.popleft()
-            if count is None:
-                yield line, _line_failed(line)
-            else:
-                parts, done[:] = done[:count], done[count:]
-                yield line, merge_translations(parts)
-
-    for result in translator.translate_iter(sentences(), batch_size=options.batch_size,
-                                            **options.session_kwargs()):
-        done.append(result)
-        if on_sentence is not None:
-            on_sentence(result)
-        yield from complete()
-    yield from complete()
+    for result in translator.translate_talks(texts(), batch_size=options.batch_size, on_sentence=on_sentence,
+                                             **options.talk_kwargs()):
+        yield from unreadable()
+        yield queue.popleft(), result
+    yield from unreadable()
 
 
 def _translate(options: TranslateOptions, translator: "Translator", lines: Iterable[Line], out: TextIO,

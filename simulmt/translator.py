@@ -23,7 +23,7 @@ from simulmt.core.learned_policy import HEAD_FILE, NO_HEAD, PolicyHead
 from simulmt.core.policies import Policy, make_policy
 from simulmt.core.prompt_format import PromptFormat, build_format, newline_ids, source_units
 from simulmt.core.runner import ModelRunner
-from simulmt.core.session import DecodeConfig, StreamingSession, Translation, WrittenWord
+from simulmt.core.session import DecodeConfig, StreamingSession, TalkSession, Translation, WrittenWord
 from simulmt.core.engine import Engine, run_ordered
 from simulmt.core.fused_layers import fuse_for_inference
 from simulmt.core.packed_linear import has_adapter_layers, weights_dtype
@@ -121,17 +121,31 @@ class Translator:
                     window=window, max_words=max_words, sampler=sampler, record=record, model_name=self.name,
                     max_positions=self.runner.max_positions)
 
+    def talk_session(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *,
+                     window: ContextWindow = ContextWindow(), max_words: int = DEFAULT_MAX_WORDS,
+                     k: int = DEFAULTS["k"], n: int = DEFAULTS["n"], tau: float = DEFAULTS["tau"],
+                     slot: int = DEFAULTS["slot"], phi: int = DEFAULTS["phi"], config: DecodeConfig | None = None,
+                     sampler: Sampler | None = None, record: bool = False) -> TalkSession:
+        """A whole talk, live: push its words as they arrive, ``advance`` (``new_talk`` with an engine of its own)."""
+        layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
+        policy = self.make_policy(policy, k, n, tau)
+        return TalkSession(self.runner, self.tokenizer, self.fmt, layout, policy, self.vocabulary,
+                           config or DecodeConfig(), window=window, max_words=max_words, sampler=sampler,
+                           record=record, model_name=self.name)
+
     def translate_talks(self, talks: Iterable[str | list[str]], layout: str | Layout = "expost",
                         policy: str | Policy = "wait-k", *, batch_size: int = 8,
+                        on_sentence: Callable[[Translation], None] | None = None,
                         **kwargs) -> Iterator[Translation]:
         """Translate whole talks (a text, or its lines), each as one ``Talk`` stream, up to ``batch_size`` talks
         advanced together; yields each talk's ``Translation`` (delays in the talk's source words) in input order.
-        ``kwargs``: those of ``new_talk``."""
+        ``on_sentence`` sees each sentence's translation as it is done; ``kwargs``: those of ``new_talk``."""
 
         def streams():
             for talk in talks:
                 words = (talk if isinstance(talk, str) else " ".join(talk)).split()
                 stream = self.new_talk(layout, policy, **kwargs)
+                stream.on_sentence = on_sentence
                 try:
                     stream.push(words, finished=True)
                 except SimulmtError as exc:

@@ -258,7 +258,8 @@ def test_a_long_line_is_translated_sentence_by_sentence(loads, capsys, tmp_path,
     offsets = [0, 5, 10, 18]  # source words of the sentences before
     assert row["delays"] == [d + o for p, o in zip(parts, offsets) for d in p.delays]
     assert row["delays"] == sorted(row["delays"]) and max(row["delays"]) <= 25
-    assert row["tokens_fed"] == sum(p.tokens_fed for p in parts)
+    # one talk on one cache row: the sentences after the first find the prompt there (no context by default)
+    assert row["tokens_fed"] == sum(p.tokens_fed for p in parts) - (len(parts) - 1) * len(translator.fmt.prompt)
 
 
 def test_a_sentence_longer_than_max_words_is_cut(loads, capsys, tmp_path, monkeypatch):
@@ -278,8 +279,8 @@ def test_a_sentence_longer_than_max_words_is_cut(loads, capsys, tmp_path, monkey
 def test_a_40000_word_line_starts_producing_output_at_once(translator, monkeypatch):
     """The first target word comes after the first sentence is read, not after 40,000 words are."""
     opened = []
-    session = translator.session
-    monkeypatch.setattr(translator, "session", lambda **kwargs: opened.append(kwargs) or session(**kwargs))
+    session = translator.talk_session
+    monkeypatch.setattr(translator, "talk_session", lambda **kwargs: opened.append(session(**kwargs)) or opened[-1])
 
     class FirstWord(Exception):
         pass
@@ -291,6 +292,7 @@ def test_a_40000_word_line_starts_producing_output_at_once(translator, monkeypat
     with pytest.raises(FirstWord):
         cli.translate_line(translator, " ".join(TALK[:1] * 8000), cli.TranslateOptions(), on_word=stop)
     assert len(opened) == 1 and time.perf_counter() - start < 5
+    assert not opened[0].sentences and len(opened[0].source_words) <= len(TALK[0].split())  # still the first
 
 
 def _translate_counting(translator, text: str, **options) -> tuple[cli.Translation, list[list]]:

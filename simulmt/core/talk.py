@@ -29,6 +29,7 @@ its ``elapsed`` the time since the talk began. ``result()`` is the talk's ``Tran
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from simulmt.core.decoding import DecodeConfig, Vocabulary
@@ -108,6 +109,7 @@ class Talk(Stream):
         self.source_before = self.words_before = 0  # source words and target words of the finished sentences
         self.target_tokens_before = 0  # target tokens of the finished sentences
         self.recorded: list = []  # with ``record``: (prompt format, source ids, target ids, proposals) per sentence
+        self.on_sentence: Callable[[Translation], None] | None = None  # sees each sentence's translation when done
 
     # ---- the source side -------------------------------------------------------------------------------------
     def push(self, words: list[str], finished: bool = False, arrivals: list[int] | None = None) -> None:
@@ -150,9 +152,16 @@ class Talk(Stream):
 
     # ---- the loop --------------------------------------------------------------------------------------------
     def step(self) -> Step:
+        """As a stream's, over the whole talk. A sentence that fails (a ``SimulmtError``: too long for the model's
+        context, ...) is recorded with its error and no target words, and the next one starts all the same."""
         words: list[WrittenWord] = []
         while True:
-            step = super().step()
+            try:
+                step = super().step()
+            except SimulmtError as exc:
+                self.error, self.done = exc, True
+                self._finish_source()
+                step = Step([], Status.DONE, None)
             words += [replace(w, index=w.index + self.words_before, delay=w.delay + self.source_before)
                       for w in step.words]
             if step.status is not Status.DONE:
@@ -162,11 +171,20 @@ class Talk(Stream):
             if last:
                 return Step(words, Status.DONE, None)
 
+    def _finish_source(self) -> None:
+        """A failed sentence takes the rest of its words (up to its end) before the next one starts."""
+        while not self.stream_finished and (self.queue or self.talk_finished):
+            self._route()
+            if not self.stream_finished and not self.queue and not self.talk_finished:
+                break
+
     def _next_sentence(self, last: bool) -> None:
         """The sentence is done: keep its translation and its pair, and (unless it was the last) start the next
         one on the same cache row, after the context."""
         part = super().result()
         self.sentences.append(part)
+        if self.on_sentence is not None:
+            self.on_sentence(part)
         if self.record:  # (parity tests: each sentence's prompt, pair and proposals)
             self.recorded.append((self.fmt, tuple(t for unit in self.units for t in unit), tuple(self.target_tokens),
                                   self.proposals))
@@ -175,8 +193,9 @@ class Talk(Stream):
         self.target_tokens_before += len(self.target_tokens)
         if last:
             return
-        source = tuple(t for unit in self.units for t in unit)
-        self.context.append(self.layout.context_ids(self.talk_format, source, tuple(self.target_tokens)))
+        if part.error is None:  # (a failed sentence is not context)
+            source = tuple(t for unit in self.units for t in unit)
+            self.context.append(self.layout.context_ids(self.talk_format, source, tuple(self.target_tokens)))
         for _ in range(self.window.evict([len(p) for p in self.context])):
             self.context.popleft()
         fed, guessed, t0 = self.fed, self.guessed, self.t0

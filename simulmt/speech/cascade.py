@@ -26,7 +26,6 @@ from dataclasses import asdict
 
 import numpy as np
 
-from simulmt.core.requests import Status
 from simulmt.core.stream import Translation, WrittenWord
 from simulmt.errors import SimulmtError
 from simulmt.segment import DEFAULT_MAX_WORDS
@@ -197,13 +196,9 @@ class CascadeSession:
     ``window`` asks for) on an engine of its own."""
 
     def __init__(self, owner: CascadeTranslator, session_kwargs: dict):
-        from simulmt.core.engine import Engine
-
         self.owner, self.kwargs = owner, session_kwargs
         self.recognizer = StreamingRecognizer(owner.whisper, owner.options)
-        self.talk = owner.translator.new_talk(max_words=owner.max_words, **session_kwargs)
-        self.engine = Engine(owner.translator.runner, share_prompts=False)
-        self.engine.add(self.talk)
+        self.talk = owner.translator.talk_session(max_words=owner.max_words, **session_kwargs)
         self.heard: list[ConfirmedWord] = []  # every confirmed word, in order
         self.t0: float | None = None
 
@@ -226,15 +221,7 @@ class CascadeSession:
         self.heard += confirmed
         if confirmed or finished:
             self.talk.push([w.text for w in confirmed], finished=finished, arrivals=[w.update for w in confirmed])
-        while True:  # act until the talk needs more words (or is done)
-            step = self.talk.step()
-            yield from step.words
-            if step.status is Status.NEEDS_MODEL:
-                self.engine.serve([(self.talk, step.request)])
-                continue
-            if step.status is Status.DONE and self.engine.streams:
-                self.engine.remove(self.talk)
-            return
+        yield from self.talk.advance()
 
     def target_tokens(self) -> int:
         """Target tokens placed so far, over every sentence."""
