@@ -22,6 +22,7 @@ from websockets.sync.client import connect  # noqa: E402
 from helpers import tiny_translator  # noqa: E402
 from simulmt.live_text import Boundary, LiveText, Word  # noqa: E402
 from simulmt.service.app import create_app  # noqa: E402
+from simulmt.core.talk import ContextWindow  # noqa: E402
 from simulmt.service.hub import Hub  # noqa: E402
 from tiny_models import CORPUS  # noqa: E402
 
@@ -272,18 +273,9 @@ def test_live_text_keeps_partial_words_and_cuts_sentences():
     assert LiveText().end() == []
 
 
-def run_hub(sentences: list[str], overlap: int, k: int = 3) -> tuple[list[dict], Hub, list[bool]]:
+def run_hub(sentences: list[str], k: int = 3, window: ContextWindow = ContextWindow()) -> tuple[list[dict], Hub]:
     """One client's talk straight through a hub (no server): all of it at once, then end."""
-    hub = Hub(tiny_translator("llama"), max_streams=4, max_words=64, overlap=overlap)
-    held_done = []  # whether a later sentence had finished while an earlier one still ran, per round
-    rounds = hub._round
-
-    def watching_round():
-        busy = rounds()
-        held_done.append(any(c.finished for c in hub.clients.values()))
-        return busy
-
-    hub._round = watching_round
+    hub = Hub(tiny_translator("llama"), max_streams=4, max_words=64, window=window)
     messages: list[dict] = []
     ended = threading.Event()
 
@@ -299,39 +291,52 @@ def run_hub(sentences: list[str], overlap: int, k: int = 3) -> tuple[list[dict],
     hub.send("end", client)
     assert ended.wait(120)
     hub.stop()
-    return messages, hub, held_done
+    return messages, hub
 
 
-def test_a_clients_next_sentence_runs_while_the_previous_one_finishes_and_words_stay_in_order():
-    # a long sentence, then a short one that finishes first when both run: its words wait for the long one's
+def strip(messages):
+    return [{k: v for k, v in m.items() if k != "elapsed_ms"} for m in messages]
+
+
+def test_a_clients_talk_is_one_stream_and_its_sentences_are_reported_in_order():
     talk = ["My brother works in a small hospital in the old part of Berlin.", "Yes.", TALK[1]]
-    overlapped, hub, held_done = run_hub(talk, overlap=2)
-    one_by_one, hub1, _ = run_hub(talk, overlap=1)
-    assert max(hub.engine.stats.batch_sizes) == 2 and max(hub1.engine.stats.batch_sizes) == 1
-    assert any(held_done)  # "Yes." was done before the long sentence: held, then sent after it
-    assert hub.engine.stats.forwards < hub1.engine.stats.forwards  # the sentences shared forwards
-
-    def strip(messages):
-        return [{k: v for k, v in m.items() if k != "elapsed_ms"} for m in messages]
-
-    assert strip(overlapped) == strip(one_by_one)  # the same words, delays, sentences, in the same order
-    sentences = [m for m in overlapped if m["type"] == "sentence"]
+    messages, hub = run_hub(talk)
+    assert max(hub.engine.stats.batch_sizes) == 1  # one row for the whole talk
+    sentences = [m for m in messages if m["type"] == "sentence"]
     assert [m["source"] for m in sentences] == talk
     offset = 0
-    for message, source in zip(sentences, talk):
+    for message, source in zip(sentences, talk):  # no context by default: each sentence as translated alone
         alone = expected(source)
         assert (message["translation"], message["delays"]) == (alone.prediction, [offset + d for d in alone.delays])
         offset += len(source.split())
-    words = [m for m in overlapped if m["type"] == "word"]
+    words = [m for m in messages if m["type"] == "word"]
     assert [w["sentence"] for w in words] == sorted(w["sentence"] for w in words)
     assert all(a["elapsed_ms"] <= b["elapsed_ms"] for a, b in zip(words, words[1:]))
-    assert overlapped[-1] == {"type": "end"} and not hub.engine.streams and hub.engine.cache.rows == 0
+    order = [(m["type"], m.get("sentence", m.get("index"))) for m in messages if m["type"] in ("word", "sentence")]
+    for i, (kind, index) in enumerate(order):  # each sentence reported after its words, before the next one's
+        if kind == "sentence":
+            assert all(j <= index for kind_, j in order[:i]) and all(j > index for _, j in order[i + 1:])
+    assert messages[-1] == {"type": "end"} and not hub.engine.streams and hub.engine.cache.rows == 0
 
 
-def test_sentences_that_fail_are_reported_and_the_talk_goes_on_with_overlap():
+def test_a_clients_talk_with_context_equals_translate_of_the_same_talk():
+    from simulmt import cli
+
+    talk = ["My brother works in a small hospital in Berlin.", "Yes.", TALK[1], TALK[0]]
+    window = ContextWindow(2, 200)
+    messages, _ = run_hub(talk, window=window)
+    tr = tiny_translator("llama")
+    line = cli.translate_line(tr, " ".join(talk), cli.TranslateOptions(k=3, context_pairs=2, context_tokens=200))
+    words = [m for m in messages if m["type"] == "word"]
+    assert " ".join(w["text"] for w in words) == line.prediction and [w["delay"] for w in words] == line.delays
+    plain, _ = run_hub(talk)
+    assert strip(plain) != strip(messages)  # (the context changed what was written)
+
+
+def test_sentences_that_fail_are_reported_and_the_talk_goes_on():
     # the tiny model writes until its 512-position context overflows on some sentences: those end with an error
     sentence = "the children play in the garden and the weather is nice today ."
-    messages, hub, _ = run_hub([" ".join((sentence.split() * 10)[:130])], overlap=2, k=2)
+    messages, hub = run_hub([" ".join((sentence.split() * 10)[:130])], k=2)
     errors = [m for m in messages if m["type"] == "error"]
     sentences = [m for m in messages if m["type"] == "sentence"]
     assert errors and all("context" in m["message"] for m in errors)

@@ -42,6 +42,8 @@ from simulmt.core.stream import Stream
 from simulmt.core.translation import Translation, WrittenWord, merge_translations
 from simulmt.errors import SimulmtError
 
+CUT = object()  # in a talk's queue: the sentence ends here (``Talk.cut``)
+
 
 @dataclass(frozen=True)
 class ContextWindow:
@@ -106,6 +108,7 @@ class Talk(Stream):
         self.talk_arrivals = 0
         self.context: deque[tuple[int, ...]] = deque()  # the window's pairs, oldest first (``context_ids``)
         self.sentences: list[Translation] = []  # each finished sentence's translation (its own delays)
+        self.keep = True  # keep them (``result``); False: a service's talk of hours keeps none (``on_sentence``)
         self.source_before = self.words_before = 0  # source words and target words of the finished sentences
         self.target_tokens_before = 0  # target tokens of the finished sentences
         self.recorded: list = []  # with ``record``: (prompt format, source ids, target ids, proposals) per sentence
@@ -126,6 +129,14 @@ class Talk(Stream):
         self.talk_finished = finished
         self._route()
 
+    def cut(self) -> None:
+        """The sentence ends after the words pushed so far (a speaker's pause, a client's boundary); nothing if
+        it has none."""
+        if self.talk_finished:
+            raise SimulmtError("this talk has already finished")
+        self.queue.append((CUT, self.talk_arrivals))
+        self._route()
+
     def push_embedded(self, *args, **kwargs) -> None:
         raise SimulmtError("a talk takes words (a recogniser's transcript); embedded speech units are decoded "
                            "per utterance")
@@ -138,6 +149,12 @@ class Talk(Stream):
         take, ends = [], False
         while self.queue:
             word = self.queue[0][0]
+            if word is CUT:
+                self.queue.popleft()
+                if take or self.source_words:
+                    ends = True
+                    break
+                continue
             before = take[-1][0] if take else (self.source_words[-1] if self.source_words else None)
             if before is not None and ends_sentence(before, word):
                 ends = True  # the word begins the next sentence
@@ -166,7 +183,7 @@ class Talk(Stream):
                       for w in step.words]
             if step.status is not Status.DONE:
                 return Step(words, step.status, step.request)
-            last = self.talk_finished and not self.queue
+            last = self.talk_finished and not self._words_waiting()
             self._next_sentence(last)
             if last:
                 return Step(words, Status.DONE, None)
@@ -182,15 +199,18 @@ class Talk(Stream):
         """The sentence is done: keep its translation and its pair, and (unless it was the last) start the next
         one on the same cache row, after the context."""
         part = super().result()
-        self.sentences.append(part)
-        if self.on_sentence is not None:
-            self.on_sentence(part)
+        empty = not self.source_words and not self.written and part.error is None  # (a talk that ended after a
+        # cut, or said nothing: no sentence)
+        if self.keep and not empty:
+            self.sentences.append(part)
         if self.record:  # (parity tests: each sentence's prompt, pair and proposals)
             self.recorded.append((self.fmt, tuple(t for unit in self.units for t in unit), tuple(self.target_tokens),
                                   self.proposals))
         self.source_before += part.source_length
         self.words_before += len(self.written)
         self.target_tokens_before += len(self.target_tokens)
+        if self.on_sentence is not None and not empty:  # (its words are numbered below ``words_before`` now)
+            self.on_sentence(part)
         if last:
             return
         if part.error is None:  # (a failed sentence is not context)
@@ -207,9 +227,12 @@ class Talk(Stream):
         """The talk's prompt format with the current context after its prompt."""
         return replace(self.talk_format, prompt=self.talk_format.prompt + tuple(t for p in self.context for t in p))
 
+    def _words_waiting(self) -> bool:
+        return any(word is not CUT for word, _ in self.queue)
+
     @property
     def done_talk(self) -> bool:
-        return self.done and self.talk_finished and not self.queue
+        return self.done and self.talk_finished and not self._words_waiting()
 
     def result(self) -> Translation:
         """The talk's translation so far: its finished sentences, and the current one if it has written words."""

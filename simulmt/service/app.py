@@ -43,8 +43,9 @@ closed with 1011 and a reason.
 Intake (back-pressure): the words a client sent wait in its intake until its sentences read them; while more than
 ``max_backlog`` of its words wait (or more than ``max_backlog_total`` of all clients', and some of its own), its
 socket is not read, so TCP slows the client down and the server's memory stays bounded (a client's backlog is at
-most ``max_backlog`` words plus one frame). The hub takes at most ``overlap`` sentences of a client's words into the
-engine at a time, so a client that floods delays the others by a bounded amount (``benchmarks/serve_attack.py``).
+most ``max_backlog`` words plus one frame). A client's talk is one row of the engine and takes at most
+``max_words`` of its words ahead of its current sentence, so a client that floods delays the others by a bounded
+amount (``benchmarks/serve_attack.py``).
 """
 
 from __future__ import annotations

@@ -5,29 +5,22 @@ The web side (``app.py``, asyncio) never touches the model: it turns a client's 
 rounds while any stream needs the model; each round's words go back to their client through the client's
 ``sink`` (a thread-safe callback), in order::
 
-    client frames -> app (asyncio) -> commands queue -> hub thread: LiveText -> words -> Stream.push
+    client frames -> app (asyncio) -> commands queue -> hub thread: LiveText -> words -> Talk.push
                                                                     engine.step() (one forward, all streams)
     client socket <- app (asyncio) <- sink(message) <- words, sentences, errors
 
-A client's talk is unbounded: ``LiveText`` cuts it into sentences and each sentence is a ``Stream`` of its own,
-so memory and context stay bounded for hours. Nothing carries over from one sentence to the next (no context:
-each sentence starts from the prompt). Consecutive sentences of one client overlap: up to ``overlap`` of them
-(default 2) run in the engine at once, so the next sentence reads and writes while the previous one writes its
-last words (its tail after the source ended), instead of waiting for it. A client still receives its words in
-order: the words of a sentence that is not the client's oldest unfinished one are held by the hub and sent, with
-their stream-wide delays, as soon as every sentence before it is finished::
+A client's talk is one ``Talk`` stream (simulmt.core.talk, as ``translate`` and ``evaluate --docids`` use): one
+row of the engine for the whole talk, cut into sentences where a sentence ends (``LiveText``'s boundaries, and the
+talk's own rule, the same) or at ``max_words``, each sentence given the earlier pairs the hub's ``window`` asks for
+(none by default), so memory and context stay bounded for hours. The words a client sends wait in its intake
+(``Client.pending``) and enter its talk while the talk holds fewer than ``max_words`` words not yet read by a
+sentence: one client flooding text cannot stall the others (its talk is one row of each forward, whatever it
+sent). ``Backlog`` counts the words a client sent and the words the hub took: while it is full the web side keeps
+the client's further text unsplit, and stops reading its socket when that is full too (back-pressure,
+``app.py``). A word over ``max_word_tokens`` tokens is dropped with an error. Each sentence is reported
+(``sentence``) after its last word, before the next sentence's first.
 
-    sentence 1  read read write ... end of source -> write write write done
-    sentence 2                                 read read write (held)  |-> sent -> write ...
-
-A client's words wait in its intake (``Client.pending``) and enter a sentence stream only when that sentence is
-among the ``overlap`` running ones: each round moves at most ``overlap`` sentences' words of a client into the
-engine, whatever the client sent, so one client flooding text cannot stall the others. ``Backlog`` counts the words
-a client sent and the words the hub took: while it is full the web side keeps the client's further text unsplit,
-and stops reading its socket when that is full too (back-pressure, ``app.py``). A word over ``max_word_tokens``
-tokens is dropped with an error.
-
-A client that goes away has its streams removed at once (their cache rows are freed) and its intake emptied.
+A client that goes away has its talk removed at once (its cache row is freed) and its intake emptied.
 """
 
 from __future__ import annotations
@@ -43,7 +36,9 @@ from dataclasses import dataclass, field
 
 from simulmt.core.engine import Engine
 from simulmt.core.prompt_format import word_tokens
-from simulmt.core.stream import Status, Stream
+from simulmt.core.stream import Status
+from simulmt.core.talk import ContextWindow, Talk
+from simulmt.core.translation import Translation
 from simulmt.errors import SimulmtError
 from simulmt.live_text import Boundary, LiveText, Rejected, Word
 from simulmt.service.limits import MAX_WORD_CHARS, MAX_WORD_TOKENS
@@ -72,14 +67,14 @@ class Client:
     sink: Sink
     live: LiveText
     backlog: Backlog = field(default_factory=Backlog)
-    pending: deque[Action] = field(default_factory=deque)  # the intake: taken as the running sentences allow
+    pending: deque[Action] = field(default_factory=deque)  # the intake: taken while its talk's queue is short
     t0: float = field(default_factory=time.perf_counter)
-    sentences: list[Stream] = field(default_factory=list)  # not reported yet, in order; the first ``overlap`` run
-    held: dict[int, list] = field(default_factory=dict)  # id(stream) -> words written while an earlier sentence ran
-    finished: dict[int, SimulmtError | None] = field(default_factory=dict)  # id(stream) -> error, done early
-    words_before: int = 0  # source words of the sentences before the running one
+    talk: Talk | None = None  # from the client's first word
+    done: deque[tuple[int, Translation]] = field(default_factory=deque)  # finished sentences not reported yet:
+    # (the talk's target words before the next sentence, its translation)
+    words_before: int = 0  # source words of the sentences reported
     sentence_index: int = 0
-    ending: bool = False  # the client sent "end": close once every sentence is finished
+    ending: bool = False  # the client sent "end": close once its talk is finished
 
 
 @dataclass
@@ -103,15 +98,13 @@ CROWDED_ROWS = 16
 
 
 class Hub:
-    def __init__(self, translator, max_streams: int = 16, max_words: int = 64, overlap: int = 2,
-                 max_word_chars: int = MAX_WORD_CHARS, max_word_tokens: int = MAX_WORD_TOKENS):
-        if overlap < 1:
-            raise SimulmtError(f"overlap is the number of a client's sentences decoded at once: at least 1, got "
-                               f"{overlap}")
+    def __init__(self, translator, max_streams: int = 16, max_words: int = 64,
+                 window: ContextWindow = ContextWindow(), max_word_chars: int = MAX_WORD_CHARS,
+                 max_word_tokens: int = MAX_WORD_TOKENS):
         self.translator = translator
         self.max_streams = max_streams
         self.max_words = max_words
-        self.overlap = overlap
+        self.window = window  # the earlier pairs of a client's talk each sentence sees
         self.max_word_chars = max_word_chars
         self.max_word_tokens = max_word_tokens
         # on a CPU, a shared forward of CROWDED_ROWS rows or more feeds no guesses (engine.py): the same words, fewer
@@ -120,7 +113,7 @@ class Hub:
         self.engine = Engine(translator.runner,
                              guess_rows=CROWDED_ROWS if translator.runner.device.type == "cpu" else None)
         self.clients: dict[int, Client] = {}
-        self.owner: dict[int, Client] = {}  # id(stream) -> client
+        self.owner: dict[int, Client] = {}  # id(talk) -> client
         self.metrics = Metrics()
         self._commands: queue.Queue = queue.Queue()
         self._ids = itertools.count(1)
@@ -228,29 +221,30 @@ class Hub:
         self._feed(client)
 
     def _feed(self, client: Client) -> None:
-        """Take the client's pending words into its sentences while fewer than ``overlap`` sentences run (a word
-        that opens a new sentence waits for a place); finish the client once it ended and nothing is left."""
-        while client.pending:
-            action = client.pending[0]
-            opens = isinstance(action, Word) and (not client.sentences or client.sentences[-1].stream_finished)
-            if opens and len(client.sentences) >= self.overlap:
-                break
-            client.pending.popleft()
+        """Take the client's pending words into its talk while the talk holds fewer than ``max_words`` words that no
+        sentence has read yet; once the client ended and all is taken, the talk's source is finished."""
+        while client.pending and (client.talk is None or len(client.talk.queue) < self.max_words):
+            action = client.pending.popleft()
             try:
                 self._act(client, action)
             except SimulmtError as exc:
                 client.sink({"type": "error", "message": str(exc)})
             finally:
                 client.backlog.taken += words_in([action])
-        if client.ending and not client.sentences and not client.pending and client.id in self.clients:
-            self._finish(client)
+        if client.ending and not client.pending and client.id in self.clients:
+            if client.talk is None:  # it said nothing
+                self._finish(client)
+            elif not client.talk.talk_finished:
+                client.talk.push([], finished=True)
+                self._joined = True  # its last sentence ends: one more round
 
     def _act(self, client: Client, action: Action) -> None:
         if isinstance(action, Rejected):
             raise SimulmtError(action.reason)
         if isinstance(action, Boundary):
-            if client.sentences and not client.sentences[-1].stream_finished:
-                client.sentences[-1].push([], finished=True)
+            if client.talk is not None:
+                client.talk.cut()
+                self._joined = True
             return
         if len(action.text) * 4 > self.max_word_tokens:  # a character is at most 4 byte tokens: else it fits
             tokens = len(word_tokens(self.translator.tokenizer, action.text, True))
@@ -258,13 +252,15 @@ class Hub:
                 raise SimulmtError(f"the word {action.text[:24]!r}... is {tokens} tokens, over the limit of "
                                    f"{self.max_word_tokens}; dropped")
         self.metrics.words_in_total += 1
-        if not client.sentences or client.sentences[-1].stream_finished:
-            stream = self.translator.new_stream(**client.options)
-            self.owner[id(stream)] = client
-            client.sentences.append(stream)
-            self.engine.add(stream)  # _feed opens a sentence only when fewer than ``overlap`` run
-            self._joined = True  # it has not been stepped yet: one more round
-        client.sentences[-1].push([action.text])
+        if client.talk is None:
+            talk = self.translator.new_talk(**client.options, window=self.window, max_words=self.max_words)
+            talk.on_sentence = lambda part: client.done.append((talk.words_before, part))
+            talk.keep = False  # (reported as they end: a talk of hours keeps no history)
+            client.talk = talk
+            self.owner[id(talk)] = client
+            self.engine.add(talk)
+        client.talk.push([action.text])
+        self._joined = True  # it has not been stepped since: one more round
 
     def _round(self) -> bool:
         started = time.perf_counter()
@@ -274,66 +270,58 @@ class Hub:
             self.metrics.forwards_total += 1
             self.metrics.rows_total += self.engine.stats.batch_sizes[-1]
             self.metrics.forward_seconds_total += time.perf_counter() - started
-        ended: dict[int, Client] = {}  # clients with a sentence that ended this round
-        for event in events:  # every word of the round is sent or held before any sentence is reported
+        for event in events:
             client = self.owner.get(id(event.stream))
             if client is None:
                 continue
-            if event.stream is client.sentences[0]:
-                self._send_words(client, event.words)
-            else:  # an earlier sentence is still running: its words go first
-                client.held.setdefault(id(event.stream), []).extend(event.words)
-            if event.status is Status.DONE:
-                client.finished[id(event.stream)] = event.error
-                ended[client.id] = client
-        for client in ended.values():
-            if client.sentences and id(client.sentences[0]) in client.finished:
-                first = client.sentences[0]
-                self._sentence_done(client, first, client.finished.pop(id(first)))
+            self._send_words(client, event.words)
+            self._report(client)
+            if event.status is Status.DONE:  # the talk is over (or failed as a whole)
+                if event.error is not None:
+                    client.sink({"type": "error", "message": str(event.error)})
+                self._finish(client)
+        for client in list(self.clients.values()):  # its talk read words: room for more
+            if client.pending or client.ending:
+                self._feed(client)
         return any(e.status is Status.NEEDS_MODEL for e in events)
 
     def _send_words(self, client: Client, words) -> None:
-        """Words of the client's oldest unfinished sentence, now."""
+        """The talk's words, each after the report of every sentence before it."""
         now = (time.perf_counter() - client.t0) * 1000.0
         for word in words:
+            while client.done and word.index >= client.done[0][0]:
+                self._sentence_done(client, client.done.popleft()[1])
             for piece in word.text.split():
-                client.sink({"type": "word", "text": piece, "delay": client.words_before + word.delay,
-                             "elapsed_ms": round(now, 1), "sentence": client.sentence_index})
+                client.sink({"type": "word", "text": piece, "delay": word.delay, "elapsed_ms": round(now, 1),
+                             "sentence": client.sentence_index})
                 self.metrics.words_out_total += 1
 
-    def _sentence_done(self, client: Client, stream: Stream, error: SimulmtError | None) -> None:
-        result = stream.result()
-        if error is not None:
-            client.sink({"type": "error", "message": f"sentence {client.sentence_index}: {error}"})
+    def _report(self, client: Client) -> None:
+        while client.done:
+            self._sentence_done(client, client.done.popleft()[1])
+
+    def _sentence_done(self, client: Client, result: Translation) -> None:
+        if result.error is not None:
+            client.sink({"type": "error", "message": f"sentence {client.sentence_index}: {result.error}"})
         delays = [client.words_before + d for d in result.delays]
         client.sink({"type": "sentence", "index": client.sentence_index, "source": result.source,
                      "translation": result.prediction, "delays": delays})
         self.metrics.sentences_total += 1
-        self.owner.pop(id(stream), None)
-        client.sentences.pop(0)
         client.words_before += result.source_length
         client.sentence_index += 1
-        if client.sentences:  # the next sentence is now the oldest: what it wrote so far is sent
-            nxt = client.sentences[0]
-            self._send_words(client, client.held.pop(id(nxt), []))
-            if id(nxt) in client.finished or (nxt.done and not self._running(nxt)):  # done already (or empty)
-                self._sentence_done(client, nxt, client.finished.pop(id(nxt), None))
-                return
-        self._feed(client)  # a place is free: the next sentence's words (and the end, when all is done)
-
-    def _running(self, stream: Stream) -> bool:
-        return any(s is stream for s in self.engine.streams)
 
     def _finish(self, client: Client) -> None:
+        self._report(client)
         client.sink({"type": "end"})
         self._drop(client)
 
     def _drop(self, client: Client) -> None:
-        for stream in client.sentences:
-            self.owner.pop(id(stream), None)
-            if self._running(stream):
-                self.engine.remove(stream)  # its cache row is freed at once
-        client.sentences, client.held, client.finished = [], {}, {}
+        talk = client.talk
+        if talk is not None:
+            self.owner.pop(id(talk), None)
+            if any(s is talk for s in self.engine.streams):
+                self.engine.remove(talk)  # its cache row is freed at once
+        client.talk = None
         client.backlog.taken += words_in(client.pending)
         client.pending.clear()
         self.clients.pop(client.id, None)

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from simulmt.core.talk import ContextWindow
 from simulmt.errors import SimulmtError
 from simulmt.service.limits import MAX_BACKLOG, MAX_BUFFER_CHARS, MAX_WORD_CHARS, MAX_WORD_TOKENS
 from simulmt.service.guard import MIN_TOKEN_LENGTH, TOKEN_ENV, Access, is_loopback, read_token
@@ -42,9 +43,11 @@ class ServeOptions:
         "help": "Host names served besides loopback names (a loopback server refuses others: DNS rebinding), "
                 "comma-separated; * for any", "metavar": "NAMES"})
     max_words: int = field(default=64, metadata={"help": "a sentence is cut after this many source words"})
-    overlap: int = field(default=2, metadata={
-        "help": "a client's sentences decoded at once: the next starts while the previous writes its last words "
-                "(words are still sent in order); 1: one after the other"})
+    context_pairs: int = field(default=0, metadata={
+        "help": "a client's talk is one stream: each sentence sees up to N earlier pairs of it as context (for an "
+                "adapter trained with context: finetune --context-pairs)", "metavar": "N"})
+    context_tokens: int = field(default=384, metadata={
+        "help": "with --context-pairs: at most this many context tokens", "metavar": "N"})
     idle_timeout: float = field(default=300.0, metadata={"help": "close a client silent for this many seconds"})
     max_frame_bytes: int = field(default=65536, metadata={"help": "largest client frame"})
     max_backlog: int = field(default=MAX_BACKLOG, metadata={
@@ -70,7 +73,9 @@ class ServeOptions:
                 "temporary directory)", "metavar": "DIR"})
 
     def __post_init__(self):
-        for name in ("max_streams", "max_words", "overlap", "max_frame_bytes", "replicas", "max_backlog",
+        if self.context_pairs < 0 or self.context_tokens < 0:
+            raise SimulmtError("--context-pairs and --context-tokens must be at least 0")
+        for name in ("max_streams", "max_words", "max_frame_bytes", "replicas", "max_backlog",
                      "max_buffer_chars", "max_word_chars", "max_word_tokens", "asr_workers"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -133,7 +138,8 @@ def run(options: ServeOptions, parser, load_translator: Callable) -> int:
                 print(f"simulmt: error: {exc}", file=sys.stderr)
                 return 1
             print(f"simulmt serve: audio is off ({exc}); text is served", file=sys.stderr, flush=True)
-    hub = Hub(translator, max_streams=options.max_streams, max_words=options.max_words, overlap=options.overlap,
+    hub = Hub(translator, max_streams=options.max_streams, max_words=options.max_words,
+              window=ContextWindow(options.context_pairs, options.context_tokens),
               max_word_chars=options.max_word_chars, max_word_tokens=options.max_word_tokens)
     hub.start()
     app = create_app(hub, token=token, max_frame_bytes=options.max_frame_bytes, idle_timeout=options.idle_timeout,
