@@ -91,6 +91,31 @@ def test_after_an_early_end_the_model_writes_again_once_it_has_read_more():
     assert all(d >= min(1 + j, X) for j, d in enumerate(result.delays))  # never earlier than wait-k
 
 
+def test_early_ends_are_counted_with_their_cause_and_banned_on_request():
+    """Each end before the source finished is logged (words written, cause, after a new slot); with
+    ``early_end="ban"`` none is proposed: a pure wait-k schedule."""
+    tr = steered(lambda last: None)
+    end = tr.fmt.end_id
+    tr = steered(lambda last: end)  # the model always wants to stop
+    read = tr.translate(SOURCE, "expost", WaitK(3))
+    assert [cause for _, cause, _ in read.early_ends] == ["end"] * (X - 3)  # at every read point from k to X - 1
+    assert all(words == 0 and not header for words, _, header in read.early_ends) and read.header_words == 0
+    banned = tr.translate(SOURCE, "expost", WaitK(3), config=DecodeConfig(early_end="ban", no_repeat_ngram=0))
+    assert banned.early_ends == [] and banned.prediction  # it wrote: its best token that is not an end
+    assert banned.delays[:X - 3] == [3 + j for j in range(X - 3)]  # exactly wait-3 while source is left
+    with pytest.raises(Exception, match="early_end"):
+        DecodeConfig(early_end="never")
+
+
+def test_an_end_forced_by_the_repeat_rule_is_logged_as_the_rules():
+    tr0 = steered(lambda last: None)
+    (das,) = word_ids(tr0, 1)
+    tr = steered(lambda last: das)  # the same word again and again: the 4-gram rule ends it
+    result = tr.translate(SOURCE, "expost", WaitK(1))
+    causes = {cause for _, cause, _ in result.early_ends}
+    assert "repeat" in causes and causes <= {"repeat", "end", "newline", "bound"}
+
+
 @pytest.mark.parametrize("token", ["<start_of_image>", "</i>", "[multimodal]"])
 def test_special_and_markup_tokens_are_never_proposed(token):
     tr0 = steered(lambda last: None, extra_tokens=(token,))

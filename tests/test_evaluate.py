@@ -342,3 +342,22 @@ def test_a_line_longer_than_max_words_is_refused_before_loading(tmp_path, data, 
     assert "line 2 of" in capsys.readouterr().err and not loads
     assert cli.main(args + ["--max-words", "0"]) == 2
     assert "--max-words must be at least 1" in capsys.readouterr().err
+
+
+def test_decoding_rules_are_run_options_recorded_and_their_early_ends_scored(tmp_path, data, translator, loads):
+    output = tmp_path / "ban"
+    assert cli.main(_args(data, output, "--layouts", "expost", "--ks", "1", "--no-offline", "--early-end", "ban",
+                          "--no-repeat-ngram", "0")) == 0
+    run = output / "expost-slot16.wait-1"
+    config = json.loads((run / "config.json").read_text())
+    assert config["decode"]["early_end"] == "ban" and config["decode"]["no_repeat_ngram"] == 0
+    records = _log(run / "instances.log")
+    assert all(r["early_ends"] == [] for r in records)  # none proposed under "ban"
+    scores = json.loads((run / "scores.json").read_text())
+    assert scores["early_ends_per_word_first_slot"] == 0 and scores["signature"]["decode"]["early_end"] == "ban"
+    default = tmp_path / "read"
+    assert cli.main(_args(data, default, "--layouts", "expost", "--ks", "1", "--no-offline")) == 0
+    scores = json.loads((default / "expost-slot16.wait-1" / "scores.json").read_text())
+    early = sum(len(r["early_ends"]) for r in _log(default / "expost-slot16.wait-1" / "instances.log"))
+    assert sum(scores["early_end_causes"].values()) == early
+    assert cli.main(_args(data, tmp_path / "x", "--no-repeat-ngram", "1")) == 2

@@ -1,7 +1,8 @@
 """The decoding rules a stream applies to the model's answer, and the vocabulary's tables they read.
 
 Decoding never writes garbage (each rule has a test in tests/test_decoding.py): special and markup tokens are
-never proposed; an end proposed before the source is finished is a READ under policies that allow it; a token
+never proposed; an end proposed before the source is finished is a READ under policies that allow it
+(``early_end="read"``; ``"ban"``: it is not proposed); a token
 that only ends a segment (the layout's ``segment_ends``) is not proposed once the source is finished; a
 proposal that would repeat a 4-token sequence of the sentence is an end proposal; the target tokens of a sentence
 are bounded by ``DecodeConfig.max_target_tokens`` of the source tokens read, and its words by ``max_len_a/b``.
@@ -20,6 +21,9 @@ from simulmt.core.best_tokens import BestTokens
 from simulmt.errors import SimulmtError
 
 
+EARLY_END = ("read", "ban")
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """Bounds of greedy decoding. Every bound reached acts as an end token proposed by the model: the end of the
@@ -31,11 +35,16 @@ class DecodeConfig:
     max_tokens_a: float = 2.0  # at any time: at most a * (source tokens read) + b target tokens
     max_tokens_b: int = 16
     no_repeat_ngram: int = 4  # a token that would repeat an n-token sequence of the sentence ends instead (0: off)
+    early_end: str = "read"  # an end (or, with plain markers, a line break) proposed before the source is finished,
+    # under a policy that lets the model end segments (wait-k, read-n): "read" reads on; "ban": it is not proposed
+    # (the model's best other token is: a pure wait-k / read-n schedule, as the papers run it)
 
     def __post_init__(self):
         if (self.max_len_a < 0 or self.max_len_b < 1 or self.max_tokens_per_word < 1 or self.max_tokens_a < 0
                 or self.max_tokens_b < 1 or self.no_repeat_ngram < 0 or self.no_repeat_ngram == 1):
             raise SimulmtError(f"invalid decoding bounds: {self}")
+        if self.early_end not in EARLY_END:
+            raise SimulmtError(f"early_end is one of {', '.join(EARLY_END)}, got {self.early_end!r}")
 
     def max_target_tokens(self, source_tokens_read: int) -> int:
         return int(self.max_tokens_a * source_tokens_read) + self.max_tokens_b

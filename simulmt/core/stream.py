@@ -47,7 +47,7 @@ from simulmt.core.decoding import DecodeConfig, Rules, Vocabulary, repeated_ngra
 # the stream's API: simulmt.core.stream has always exported them)
 from simulmt.core.guesses import Guesses
 from simulmt.core.layouts.base import Layout
-from simulmt.core.placed import PlacedToken, common_prefix_length, embedded_units, embedding_row
+from simulmt.core.placed import PlacedToken, Role, common_prefix_length, embedded_units, embedding_row
 from simulmt.core.policies import Action, Policy, StreamState
 from simulmt.core.prompt_format import PromptFormat, source_units
 from simulmt.core.requests import Answer, ForwardRequest, Status, Step
@@ -131,6 +131,11 @@ class Stream(Guesses):
         self.stopped_forwards = 0  # forwards that stopped at the policy head's layer (their tokens are fed again)
         self.flops = 0.0
         self.proposals: list[Proposal] = []
+        self._held_cause = "model"  # why the held proposal is what it is: "model", "repeat" (the rule), "bound"
+        self.early_ends: list[tuple[int, str, bool]] = []  # ends before the source finished (READs): (target words
+        # written, cause: "end" / "newline" (the model's) or "repeat" / "bound" (a rule's), after a new slot/turn)
+        self.header_words = 0  # target words written after a new slot or turn header (the rate's denominator)
+        self._header_seen, self._header_scan = False, 0
         self.t0: float | None = None
 
     # ---- the source side -------------------------------------------------------------------------------------
@@ -253,7 +258,7 @@ class Stream(Guesses):
                 self.held = None  # proposed while source was left (then a READ); none is left now: propose again
             if self.held is None:
                 if self._at_token_bound():  # as if the model proposed the end
-                    self.held = self.fmt.end_id
+                    self.held, self._held_cause = self.fmt.end_id, "bound"
                 else:
                     self.layout.open_target(self.state)
                     self._settle_guesses()
@@ -269,6 +274,7 @@ class Stream(Guesses):
                 if self.source_finished:
                     self.done = True
                 elif self.policy.lets_model_end_segment:
+                    self._note_early_end(token)
                     self.model_ended_segment, self.held = True, None  # the policy will read
                 else:
                     raise SimulmtError(f"an end token was forced before the source finished, under "
@@ -447,7 +453,28 @@ class Stream(Guesses):
         word = WrittenWord(len(self.written), text, tokens, self.current_delay, elapsed)
         self.written.append(word)
         self.segment_words += 1
+        if self._after_header():
+            self.header_words += 1
         words.append(word)
+
+    def _note_early_end(self, token: int) -> None:
+        """An end before the source finished (a READ follows): why, and where (``early_ends``)."""
+        cause = self._held_cause
+        if cause == "model":
+            ends = {self.fmt.end_id, self.fmt.end_of_write, self.fmt.end_of_translation, self.tokenizer.eos_token_id}
+            cause = "end" if token in ends else ("newline" if not self.fmt.chat else "stop")
+        self.early_ends.append((len(self.written), cause, self._after_header()))
+
+    def _after_header(self) -> bool:
+        """Has a new slot or turn header (a source marker) been placed in this sentence?"""
+        if not self._header_seen:
+            tokens = self.state.tokens
+            for i in range(min(self._header_scan, len(tokens)), len(tokens)):
+                if tokens[i].role is Role.SOURCE_MARKER:
+                    self._header_seen = True
+                    break
+            self._header_scan = len(tokens)
+        return self._header_seen
 
     def _at_token_bound(self) -> bool:
         if self.forced is not None:
@@ -484,11 +511,12 @@ class Stream(Guesses):
                 self._scores, self._chosen_from = self._allowed(logits, rules), None
                 token, self._held_logprob = self.sampler.choose(self._scores, self.accepted)
             self.choices[len(self.state.tokens)] = token  # what the model chose, before any rule below overrides it
+            self._held_cause = "model"
             if token in self._repeat_bans():
                 # the model wants to repeat itself: it has nothing new to say, which is an end proposal
                 # (a READ before the source is finished); where the policy forbids that, its next best token
-                if self.source_finished or self.policy.lets_model_end_segment:
-                    token = self.fmt.end_id
+                if self.source_finished or (self.policy.lets_model_end_segment and self.config.early_end == "read"):
+                    token, self._held_cause = self.fmt.end_id, "repeat"
                 else:
                     scores = self._allowed(logits, rules)
                     scores[list(self._repeat_bans())] = -torch.inf
@@ -507,7 +535,8 @@ class Stream(Guesses):
 
     def _rules(self) -> Rules:
         """Which decoding rules exclude tokens now (besides the special tokens, always excluded)."""
-        return Rules(stops=not self.source_finished and not self.policy.lets_model_end_segment,
+        return Rules(stops=not self.source_finished and (not self.policy.lets_model_end_segment
+                                                         or self.config.early_end == "ban"),
                      segment_ends=bool(self.source_finished and self.segment_ends),  # e.g. end-of-write: nothing
                      # is left to read
                      word_start=bool(not self.current and self.written and self.layout.continues_text(self.state)))
@@ -556,5 +585,6 @@ class Stream(Guesses):
             source_length=len(self.source_words), forward_calls=self.forward_calls, cache_crops=self.cache_crops,
             refed_tokens=self.refed_tokens, speculated=self.speculated, speculated_kept=self.speculated_kept,
             stopped_forwards=self.stopped_forwards, wall_ms=round(wall, 3),
-            read_elapsed=[round(ms, 3) for ms in self.read_ms],
+            read_elapsed=[round(ms, 3) for ms in self.read_ms], early_ends=[list(e) for e in self.early_ends],
+            header_words=self.header_words,
             error=str(self.error) if self.error is not None else None)

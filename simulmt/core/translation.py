@@ -50,6 +50,10 @@ class Translation:
     wall_ms: float = 0.0
     error: str | None = None
     read_elapsed: list[float] = field(default_factory=list)  # ms since the start when each source unit was read
+    early_ends: list = field(default_factory=list)  # [target words written, cause, after a new slot/turn] of each
+    # end proposed before the source finished (a READ): cause "end" / "newline" / "stop" (the model's) or "repeat" /
+    # "bound" (a decoding rule's)
+    header_words: int = 0  # target words written after a new slot or turn header
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -71,12 +75,16 @@ def merge_translations(parts: Sequence[Translation], shared_clock: bool = False)
     delays: list[int] = []
     elapsed: list[float] = []
     reads: list[float] = []
+    early: list = []
+    target_before = 0
     failed: dict[str, list[tuple[int, int, int]]] = {}  # error -> (sentence, first word, last word) of each
     words_before, ms_before = 0, 0.0
     for number, part in enumerate(parts, 1):
         delays += [d + words_before for d in part.delays]
         elapsed += part.elapsed if shared_clock else [round(e + ms_before, 3) for e in part.elapsed]
         reads += part.read_elapsed if shared_clock else [round(e + ms_before, 3) for e in part.read_elapsed]
+        early += [[w + target_before, cause, header] for w, cause, header in part.early_ends]
+        target_before += len(part.delays)
         if part.error:
             failed.setdefault(part.error, []).append((number, words_before + 1, words_before + part.source_length))
         words_before += part.source_length
@@ -93,7 +101,7 @@ def merge_translations(parts: Sequence[Translation], shared_clock: bool = False)
         cache_crops=sum(p.cache_crops for p in parts), refed_tokens=sum(p.refed_tokens for p in parts),
         speculated=sum(p.speculated for p in parts), speculated_kept=sum(p.speculated_kept for p in parts),
         wall_ms=parts[-1].wall_ms if shared_clock else round(ms_before, 3), error="; ".join(errors) or None,
-        read_elapsed=reads)
+        read_elapsed=reads, early_ends=early, header_words=sum(p.header_words for p in parts))
 
 
 def _which_sentences(where: list[tuple[int, int, int]], total: int) -> str:

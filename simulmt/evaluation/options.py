@@ -68,6 +68,13 @@ class EvaluateOptions:
                 "trained with context, finetune --context-pairs)", "metavar": "N"})
     context_tokens: int = field(default=384, metadata={
         "help": "with --docids: at most this many context tokens (the oldest pairs go first)", "metavar": "N"})
+    early_end: str = field(default="read", metadata={
+        "help": "an end the model proposes before the source is finished (wait-k, read-n): read (read on: the "
+                "default) or ban (not proposed: a pure wait-k / read-n schedule, as the papers run it); logs count "
+                "each early end and its cause either way", "choices": ("read", "ban")})
+    no_repeat_ngram: int = field(default=4, metadata={
+        "help": "a token that would repeat an N-token sequence of the sentence is an end proposal instead (0: off)",
+        "metavar": "N"})
     source_lang: str = language_field("en", "source")
     target_lang: str = language_field("de", "target")
     lines: int | None = field(default=None, metadata={
@@ -99,6 +106,7 @@ class EvaluateOptions:
                                "yet")
         if self.docids is not None and self.shard_of() is not None:
             raise SimulmtError("--docids runs are not sharded (a shard would cut talks): run them in one process")
+        self.decode_config()  # validates --no-repeat-ngram
         if self.context_pairs < 0 or self.context_tokens < 0:
             raise SimulmtError("--context-pairs and --context-tokens must be at least 0")
         if self.asr_step_ms < 1:
@@ -116,6 +124,13 @@ class EvaluateOptions:
             raise SimulmtError(f"--ms-per-word must be a positive number, got {self.ms_per_word}")
         language_name(self.source_lang)
         language_name(self.target_lang)
+
+    def decode_config(self):
+        from simulmt.core.decoding import DecodeConfig
+
+        if self.no_repeat_ngram == 1:
+            raise SimulmtError("--no-repeat-ngram is 0 (off) or at least 2")
+        return DecodeConfig(no_repeat_ngram=self.no_repeat_ngram, early_end=self.early_end)
 
     @property
     def unit_ms(self) -> float:

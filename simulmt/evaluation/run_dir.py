@@ -37,7 +37,7 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
 
     return {"run": spec.name, "model": model, "adapter": options.adapter, "dtype": dtype or options.dtype,
             "source_lang": options.source_lang, "target_lang": options.target_lang, **spec.settings(),
-            "decode": asdict(DecodeConfig()), "simulmt": __version__,
+            "decode": asdict(options.decode_config()), "simulmt": __version__,
             "source": str(test_set.source_path), "reference": str(test_set.reference_path),
             "source_sha256": test_set.source_sha256, "reference_sha256": test_set.reference_sha256,
             "lines": len(test_set.sources), "ms_per_word": options.unit_ms, "batch_size": options.batch_size,
@@ -47,6 +47,13 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
                if options.source_audio and spec.policy == "learned" else {}),
             # one engine per run computes the prompt once (prompt_cache.py): text runs, and batched speech runs
             **({"shared_prompt": True} if not options.source_audio or options.batch_size > 1 else {})}
+
+
+def decode_kwargs(config: dict) -> dict:
+    """The run's decoding rules (config.json's ``decode``) as a stream's ``config``; none for runs whose rules are
+    the defaults (a speech translator takes no ``config``)."""
+    decode = DecodeConfig(**config.get("decode", {}))
+    return {} if decode == DecodeConfig() else {"config": decode}
 
 
 def _write_json(path: Path, data) -> None:
@@ -132,7 +139,8 @@ def instance_record(index: int, translation: Translation, reference: str) -> dic
               "tokens_fed": translation.tokens_fed, "flops": translation.flops, "wall_ms": translation.wall_ms,
               "forward_calls": translation.forward_calls, "cache_crops": translation.cache_crops,
               "refed_tokens": translation.refed_tokens, "speculated": translation.speculated,
-              "speculated_kept": translation.speculated_kept}
+              "speculated_kept": translation.speculated_kept, "early_ends": translation.early_ends,
+              "header_words": translation.header_words}
     if hasattr(translation, "delays_ms"):  # speech: SimulEval's speech log, delays and source length in ms
         record.update({"delays": translation.delays_ms, "source_length": translation.duration_ms,
                        f"delays_{translation.unit}": translation.delays, "encoder_ms": translation.encoder_ms,
@@ -191,7 +199,8 @@ def translate_run(translator: "Translator", spec: RunSpec, test_set: TestSet, di
             with open(log, "ab") as f:
                 start = len(records)
                 remaining = (test_set.sources[i] for i in range(start, len(test_set.sources)))
-                translations = translator.translate_iter(remaining, batch_size=batch_size, **spec.session_kwargs())
+                translations = translator.translate_iter(remaining, batch_size=batch_size, **spec.session_kwargs(),
+                                                         **decode_kwargs(config))
                 for index, translation in enumerate(translations, start):  # in order, as soon as each is done
                     if translation.error:  # e.g. too long for the context: recorded, counted, reported
                         message = f"simulmt: {spec.name}: sentence {index}: {translation.error}"

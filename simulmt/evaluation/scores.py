@@ -33,6 +33,24 @@ def _with_speech_atd(latency: dict[str, float], instances: list[dict]) -> dict[s
     return {name: latency[name] for name in order if name in latency}
 
 
+def early_end_rates(instances: list[dict]) -> dict:
+    """Ends proposed before the source finished (each a READ), per target word written, inside a sentence's first
+    slot or turn and after a new one, and by cause (logs from before these were recorded: nothing)."""
+    if not instances or "early_ends" not in instances[0]:
+        return {}
+    words = sum(len(ins["delays"]) for ins in instances)
+    after = sum(ins["header_words"] for ins in instances)
+    ends = [e for ins in instances for e in ins["early_ends"]]
+    causes = {}
+    for _, cause, _ in ends:
+        causes[cause] = causes.get(cause, 0) + 1
+    later = sum(1 for e in ends if e[2])
+    return {"early_ends_per_word_first_slot": (len(ends) - later) / max(1, words - after),
+            "early_ends_per_word_new_slot": later / after if after else None,
+            "early_end_causes": dict(sorted(causes.items())),
+            "sentences_with_early_end": sum(bool(ins["early_ends"]) for ins in instances)}
+
+
 def score_instances(instances: list[dict], ms_per_word: float = DEFAULT_MS_PER_SOURCE_UNIT) -> dict:
     """Corpus scores of a run's instances (dicts as in instances.log), with the metrics' signatures.
 
@@ -51,7 +69,7 @@ def score_instances(instances: list[dict], ms_per_word: float = DEFAULT_MS_PER_S
     latency = latency_scores(instances, metrics, computation_aware=True, ms_per_source_unit=ms_per_word)
     if speech:
         latency = _with_speech_atd(latency, instances)
-    return {"BLEU": bleu_score, "chrF": chrf_score, **latency,
+    return {"BLEU": bleu_score, "chrF": chrf_score, **latency, **early_end_rates(instances),
             "tokens_fed": mean(ins.get("tokens_fed", 0) for ins in instances),
             "gflops": mean(ins.get("flops", 0.0) for ins in instances) / 1e9,
             "wall_ms": mean(ins.get("wall_ms", 0.0) for ins in instances),
@@ -93,7 +111,7 @@ def score_run(directory: Path, ms_per_word: float | None = None, write: bool = T
                  **{key: config[key] for key in ("layout", "policy", "k", "n", "slot", "phi")},
                  "simulmt": config["simulmt"], "source": config["source"], "reference": config["reference"],
                  "lines": len(instances), "complete": len(instances) == config["lines"], "ms_per_word": ms,
-                 "batch_size": batch,
+                 "batch_size": batch, "decode": config.get("decode"),
                  **metric_signatures}
     scores = {"run": config["run"], **scores, "signature": signature}
     if write:

@@ -24,7 +24,7 @@ from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
 from simulmt.core.talk import ContextWindow
 from simulmt.errors import SimulmtError
 from simulmt.evaluation.run_dir import (CONFIG, LOG, SCORES, SIMULEVAL_CONFIG, _Lock, _read_json, _write_json,
-                                        check_run_dir, read_log)
+                                        check_run_dir, decode_kwargs, read_log)
 from simulmt.evaluation.runs import RunResult, RunSpec
 from simulmt.evaluation.testset import TestSet, _read_lines
 from simulmt.metrics.longform import realtime_emissions
@@ -112,7 +112,7 @@ def translate_talk_run(translator: "Translator", spec: RunSpec, test_set: TestSe
                 texts = (test_set.sources[t.start:t.end] for t in talks[start:])
                 translations = translator.translate_talks(texts, batch_size=batch_size, window=window,
                                                           max_words=config["talk_max_words"],
-                                                          **spec.session_kwargs())
+                                                          **spec.session_kwargs(), **decode_kwargs(config))
                 for index, translation in enumerate(translations, start):
                     if translation.error:
                         (bar.write if bar is not None else print)(
@@ -164,6 +164,7 @@ def score_talk_run(directory: Path, ms_per_word: float | None = None, write: boo
                  "simulmt": config["simulmt"], "source": config["source"], "reference": config["reference"],
                  "docids": config["docids"], "lines": sentences, "talks": len(records),
                  "complete": len(records) == config["lines"], "ms_per_word": ms, "batch_size": config["batch_size"],
+                 "decode": config.get("decode"),
                  "longform": signature, "BLEU": signature, "chrF": signature, "latency": signature,
                  "cost": "tokens_fed and gflops per reference sentence, wall_ms per talk"}
     scores = {"run": config["run"], **scores, "signature": signature}
