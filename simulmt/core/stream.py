@@ -31,8 +31,9 @@ cache row keeps only what it held before: the tokens come again, whole, with the
 stopped=True)``; rows cost little, layers a lot). A forward that computes the prompt does not stop. The output is the
 same either way (``Stream.stop_at_head = False``: tests/test_layer_split.py).
 
-Guesses, read-ahead and alternatives (the stream's speculation): guesses.py. The decoding rules, the vocabulary's
-tables and the requests to the engine: decoding.py, requests.py; the result: translation.py.
+Guesses, read-ahead and alternatives (the stream's speculation): guesses.py; the source side (words and speech units
+arriving): stream_source.py; a proposal under the decoding rules: proposals.py (the rules' bounds and the
+vocabulary's tables: decoding.py); the requests to the engine: requests.py; the result: translation.py.
 """
 
 from __future__ import annotations
@@ -46,17 +47,19 @@ from simulmt.errors import SimulmtError
 from simulmt.core.decoding import DecodeConfig, Rules, Vocabulary, repeated_ngram_bans  # noqa: F401 (names of
 # the stream's API: simulmt.core.stream has always exported them)
 from simulmt.core.guesses import Guesses
+from simulmt.core.proposals import Proposals
+from simulmt.core.stream_source import Source
 from simulmt.core.layouts.base import Layout
-from simulmt.core.placed import PlacedToken, Role, common_prefix_length, embedded_units, embedding_row
+from simulmt.core.placed import PlacedToken, common_prefix_length
 from simulmt.core.policies import Action, Policy, StreamState
-from simulmt.core.prompt_format import PromptFormat, source_units
+from simulmt.core.prompt_format import PromptFormat
 from simulmt.core.requests import Answer, ForwardRequest, Status, Step
 from simulmt.core.runner import ContextOverflowError
 from simulmt.core.samplers import Forced, Greedy, Sampler
 from simulmt.core.translation import Proposal, Translation, WrittenWord
 
 
-class Stream(Guesses):
+class Stream(Source, Proposals, Guesses):
     speculate = True  # feed guesses of what the layout places next (the output is the same; False: to measure them)
     alternatives = 0  # the model's next choices fed beside the draft (opt-in: 2 saves forwards for one live stream;
     # a forward shared by several streams feeds none, nor does one of an ALiBi model; docs/speech-cascade.md)
@@ -137,75 +140,6 @@ class Stream(Guesses):
         self.header_words = 0  # target words written after a new slot or turn header (the rate's denominator)
         self._header_seen, self._header_scan = False, 0
         self.t0: float | None = None
-
-    # ---- the source side -------------------------------------------------------------------------------------
-    def push(self, words: list[str], finished: bool = False, arrivals: list[int] | None = None) -> None:
-        """More source words arrived (``finished``: none will follow). They arrived at once, unless ``arrivals``
-        numbers each word's arrival (non-decreasing; e.g. the speech block that completed it): a policy may decide
-        once per arrival (``StreamState.source_waiting``)."""
-        if self.stream_finished:
-            raise SimulmtError("the source of this stream has already finished")
-        if arrivals is not None and (len(arrivals) != len(words) or arrivals != sorted(arrivals)
-                                     or (self.arrivals and arrivals and arrivals[0] < self.arrivals[-1])):
-            raise SimulmtError(f"arrivals must number each of the {len(words)} words, in non-decreasing order after "
-                               f"the earlier ones; got {arrivals}")
-        for word in words:
-            try:
-                word.encode("utf-8")
-            except UnicodeEncodeError as exc:  # a lone surrogate: bytes that were not UTF-8, read leniently
-                raise SimulmtError(f"source word {len(self.source_words) + 1 + words.index(word)} is not valid text "
-                                   f"({exc.reason} at character {exc.start + 1}); read the input as UTF-8") from None
-        if self.t0 is None:
-            self.t0 = time.perf_counter()
-        self.units += source_units(self.tokenizer, self.fmt, words, first_index=len(self.source_words))
-        self.arrivals += arrivals if arrivals is not None else [self._next_arrival()] * len(words)
-        self.source_words += words
-        self.stream_finished = finished
-        if finished and not self.source_words:  # an empty line: an empty translation, no model call
-            self.done = True
-
-    def push_embedded(self, blocks: list[torch.Tensor], finished: bool = False,
-                      labels: list[str] | None = None) -> None:
-        """More source units that carry embeddings instead of token ids (speech: one block of adapter outputs,
-        (frames, hidden), per unit). Each row becomes a placed token whose id is ``-1 - f``: row f of
-        ``self.embeddings``, which the engine feeds in place of a token embedding. ``labels`` name the units
-        in the result's ``source`` (default: ``<unit i>``)."""
-        if self.stream_finished:
-            raise SimulmtError("the source of this stream has already finished")
-        if labels is not None and len(labels) != len(blocks):
-            raise SimulmtError(f"{len(blocks)} embedded units but {len(labels)} labels")
-        if self.t0 is None:
-            self.t0 = time.perf_counter()
-        for block in blocks:
-            if block.dim() != 2 or block.shape[0] == 0:
-                raise SimulmtError(f"an embedded unit is a (frames >= 1, hidden) tensor, got {tuple(block.shape)}")
-        self.units += embedded_units([b.shape[0] for b in blocks], first_row=len(self.embeddings))
-        self.arrivals += [self._next_arrival() + i for i in range(len(blocks))]  # a block is an arrival of its own
-        self.embeddings += [row for block in blocks for row in block.detach()]
-        self.source_words += labels if labels is not None else [f"<unit {len(self.source_words) + i}>"
-                                                                for i in range(len(blocks))]
-        self.stream_finished = finished
-        if finished and not self.source_words:
-            self.done = True
-
-    def _next_arrival(self) -> int:
-        return self.arrivals[-1] + 1 if self.arrivals else 0
-
-    def embedding_of(self, token_id: int) -> torch.Tensor:
-        """The embedding an embedded source token (id < 0) carries."""
-        return self.embeddings[embedding_row(token_id)]
-
-    @property
-    def source_finished(self) -> bool:
-        return self.stream_finished and self.state.units_read == len(self.units)
-
-    def stream_state(self) -> StreamState:
-        read = self.state.units_read
-        waiting = 0
-        while read and read + waiting < len(self.units) and self.arrivals[read + waiting] == self.arrivals[read - 1]:
-            waiting += 1
-        return StreamState(read, self.source_finished, len(self.written), self.segment_reads, self.segment_words,
-                           self.model_ended_segment, self.features if self.wants_features else None, waiting)
 
     @property
     def features(self) -> torch.Tensor | None:
@@ -456,116 +390,6 @@ class Stream(Guesses):
         if self._after_header():
             self.header_words += 1
         words.append(word)
-
-    def _note_early_end(self, token: int) -> None:
-        """An end before the source finished (a READ follows): why, and where (``early_ends``)."""
-        cause = self._held_cause
-        if cause == "model":
-            ends = {self.fmt.end_id, self.fmt.end_of_write, self.fmt.end_of_translation, self.tokenizer.eos_token_id}
-            cause = "end" if token in ends else ("newline" if not self.fmt.chat else "stop")
-        self.early_ends.append((len(self.written), cause, self._after_header()))
-
-    def _after_header(self) -> bool:
-        """Has a new slot or turn header (a source marker) been placed in this sentence?"""
-        if not self._header_seen:
-            tokens = self.state.tokens
-            for i in range(min(self._header_scan, len(tokens)), len(tokens)):
-                if tokens[i].role is Role.SOURCE_MARKER:
-                    self._header_seen = True
-                    break
-            self._header_scan = len(tokens)
-        return self._header_seen
-
-    def _at_token_bound(self) -> bool:
-        if self.forced is not None:
-            return False
-        return len(self.target_tokens) >= self.config.max_target_tokens(self.state.source_tokens)
-
-    def _max_words(self) -> int:
-        return int(self.config.max_len_a * len(self.units)) + self.config.max_len_b
-
-    def _is_end(self, token: int) -> bool:
-        return self.vocabulary.is_stop(token)
-
-    def _starts_word(self, token: int) -> bool:
-        if self.forced is not None:  # teacher forcing: the word index says where words start
-            return self.forced[self.accepted][1] != len(self.written)
-        return self.vocabulary.is_word_start(token)
-
-    def _propose(self, logits: torch.Tensor, best: tuple[int, int] | None = None) -> int:
-        """The next token from the answer's ``logits`` under the decoding rules. A greedy sampler's choice is the
-        best allowed token: where the engine found it for every row at once (``best``) and the rules it does not
-        know allow it, it is taken as it is, with no pass over the vocabulary here."""
-        if self.forced is not None:
-            if self.accepted >= len(self.forced):
-                raise SimulmtError("teacher forcing ran past the forced target")
-            token, self._held_logprob = self.sampler.choose(logits, self.accepted)
-        else:
-            rules = self._rules()
-            token = self._best_allowed(best, rules) if best is not None and getattr(self.sampler, "picks_best", False) else None
-            if token is not None:
-                self._scores, self._chosen_from = None, (logits, best, rules)
-                if self.logprobs:
-                    self._held_logprob = float(torch.log_softmax(self._allowed(logits, rules).float(), -1)[token])
-            else:
-                self._scores, self._chosen_from = self._allowed(logits, rules), None
-                token, self._held_logprob = self.sampler.choose(self._scores, self.accepted)
-            self.choices[len(self.state.tokens)] = token  # what the model chose, before any rule below overrides it
-            self._held_cause = "model"
-            if token in self._repeat_bans():
-                # the model wants to repeat itself: it has nothing new to say, which is an end proposal
-                # (a READ before the source is finished); where the policy forbids that, its next best token
-                if self.source_finished or (self.policy.lets_model_end_segment and self.config.early_end == "read"):
-                    token, self._held_cause = self.fmt.end_id, "repeat"
-                else:
-                    scores = self._allowed(logits, rules)
-                    scores[list(self._repeat_bans())] = -torch.inf
-                    token, self._held_logprob = self.sampler.choose(scores, self.accepted)
-        if self.record:
-            self.proposals.append(Proposal(tuple(self.state.tokens), logits, token))
-        return token
-
-
-    def _repeat_bans(self) -> set[int]:
-        """``repeated_ngram_bans`` of the target so far, from the n-grams kept as it grew."""
-        n = self.config.no_repeat_ngram
-        if n < 2 or len(self.target_tokens) < n:
-            return set()
-        return self._ngrams.get(tuple(self.target_tokens[len(self.target_tokens) - n + 1:]), set())
-
-    def _rules(self) -> Rules:
-        """Which decoding rules exclude tokens now (besides the special tokens, always excluded)."""
-        return Rules(stops=not self.source_finished and (not self.policy.lets_model_end_segment
-                                                         or self.config.early_end == "ban"),
-                     segment_ends=bool(self.source_finished and self.segment_ends),  # e.g. end-of-write: nothing
-                     # is left to read
-                     word_start=bool(not self.current and self.written and self.layout.continues_text(self.state)))
-                     # the previous word is complete: the next token must start a new word (or end)
-
-    def _best_allowed(self, best: tuple[int, int], rules: Rules) -> int | None:
-        """The best token the rules allow, from the engine's best tokens (``Vocabulary.best``: without the special
-        tokens, and without them and the stops); None where it cannot tell (a rule excludes that token, or no token
-        is left): the scores must be looked at."""
-        token = best[1] if rules.stops else best[0]
-        if token < 0 or (rules.segment_ends and token in self.segment_ends):
-            return None
-        if rules.word_start and not (self.vocabulary.is_word_start(token) or self.vocabulary.is_stop(token)):
-            return None
-        return token
-
-    def _allowed(self, logits: torch.Tensor, rules: Rules) -> torch.Tensor:
-        """The logits with what ``rules`` exclude set to -inf (additive biases: no per-step indexing)."""
-        v = self.vocabulary
-        scores = logits[: len(v.word_starts)] + v.bias("banned", logits.device)
-        if rules.stops:
-            scores = scores + v.bias("stops", logits.device)
-        if rules.segment_ends:
-            scores[self.segment_ends] = float("-inf")
-        if rules.word_start:
-            scores = scores + v.bias("inside_word", logits.device)
-        if len(logits) > len(scores):  # logits beyond the tokenizer's vocabulary are never proposed
-            scores = torch.cat([scores, logits.new_full((len(logits) - len(scores),), float("-inf"))])
-        return scores
 
     # ---- the result ------------------------------------------------------------------------------------------
     def result(self) -> Translation:

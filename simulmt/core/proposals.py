@@ -1,0 +1,127 @@
+"""A stream's proposal: the model's next token under the decoding rules, and what the stream logs of the rules.
+
+A mixin of ``Stream`` (stream.py), which owns the state: the rules' bounds (``config``: decoding.py), the
+vocabulary's tables, the n-grams of the target so far, the early ends logged (an end proposed before the source
+finished, with its cause and whether a new slot or turn had opened: the rate issue 42's experiments measure).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from simulmt.core.decoding import Rules
+from simulmt.core.placed import Role
+from simulmt.core.translation import Proposal
+from simulmt.errors import SimulmtError
+
+
+class Proposals:
+    def _note_early_end(self, token: int) -> None:
+        """An end before the source finished (a READ follows): why, and where (``early_ends``)."""
+        cause = self._held_cause
+        if cause == "model":
+            ends = {self.fmt.end_id, self.fmt.end_of_write, self.fmt.end_of_translation, self.tokenizer.eos_token_id}
+            cause = "end" if token in ends else ("newline" if not self.fmt.chat else "stop")
+        self.early_ends.append((len(self.written), cause, self._after_header()))
+
+    def _after_header(self) -> bool:
+        """Has a new slot or turn header (a source marker) been placed in this sentence?"""
+        if not self._header_seen:
+            tokens = self.state.tokens
+            for i in range(min(self._header_scan, len(tokens)), len(tokens)):
+                if tokens[i].role is Role.SOURCE_MARKER:
+                    self._header_seen = True
+                    break
+            self._header_scan = len(tokens)
+        return self._header_seen
+
+    def _at_token_bound(self) -> bool:
+        if self.forced is not None:
+            return False
+        return len(self.target_tokens) >= self.config.max_target_tokens(self.state.source_tokens)
+
+    def _max_words(self) -> int:
+        return int(self.config.max_len_a * len(self.units)) + self.config.max_len_b
+
+    def _is_end(self, token: int) -> bool:
+        return self.vocabulary.is_stop(token)
+
+    def _starts_word(self, token: int) -> bool:
+        if self.forced is not None:  # teacher forcing: the word index says where words start
+            return self.forced[self.accepted][1] != len(self.written)
+        return self.vocabulary.is_word_start(token)
+
+    def _propose(self, logits: torch.Tensor, best: tuple[int, int] | None = None) -> int:
+        """The next token from the answer's ``logits`` under the decoding rules. A greedy sampler's choice is the
+        best allowed token: where the engine found it for every row at once (``best``) and the rules it does not
+        know allow it, it is taken as it is, with no pass over the vocabulary here."""
+        if self.forced is not None:
+            if self.accepted >= len(self.forced):
+                raise SimulmtError("teacher forcing ran past the forced target")
+            token, self._held_logprob = self.sampler.choose(logits, self.accepted)
+        else:
+            rules = self._rules()
+            token = self._best_allowed(best, rules) if best is not None and getattr(self.sampler, "picks_best", False) else None
+            if token is not None:
+                self._scores, self._chosen_from = None, (logits, best, rules)
+                if self.logprobs:
+                    self._held_logprob = float(torch.log_softmax(self._allowed(logits, rules).float(), -1)[token])
+            else:
+                self._scores, self._chosen_from = self._allowed(logits, rules), None
+                token, self._held_logprob = self.sampler.choose(self._scores, self.accepted)
+            self.choices[len(self.state.tokens)] = token  # what the model chose, before any rule below overrides it
+            self._held_cause = "model"
+            if token in self._repeat_bans():
+                # the model wants to repeat itself: it has nothing new to say, which is an end proposal
+                # (a READ before the source is finished); where the policy forbids that, its next best token
+                if self.source_finished or (self.policy.lets_model_end_segment and self.config.early_end == "read"):
+                    token, self._held_cause = self.fmt.end_id, "repeat"
+                else:
+                    scores = self._allowed(logits, rules)
+                    scores[list(self._repeat_bans())] = -torch.inf
+                    token, self._held_logprob = self.sampler.choose(scores, self.accepted)
+        if self.record:
+            self.proposals.append(Proposal(tuple(self.state.tokens), logits, token))
+        return token
+
+
+    def _repeat_bans(self) -> set[int]:
+        """``repeated_ngram_bans`` of the target so far, from the n-grams kept as it grew."""
+        n = self.config.no_repeat_ngram
+        if n < 2 or len(self.target_tokens) < n:
+            return set()
+        return self._ngrams.get(tuple(self.target_tokens[len(self.target_tokens) - n + 1:]), set())
+
+    def _rules(self) -> Rules:
+        """Which decoding rules exclude tokens now (besides the special tokens, always excluded)."""
+        return Rules(stops=not self.source_finished and (not self.policy.lets_model_end_segment
+                                                         or self.config.early_end == "ban"),
+                     segment_ends=bool(self.source_finished and self.segment_ends),  # e.g. end-of-write: nothing
+                     # is left to read
+                     word_start=bool(not self.current and self.written and self.layout.continues_text(self.state)))
+                     # the previous word is complete: the next token must start a new word (or end)
+
+    def _best_allowed(self, best: tuple[int, int], rules: Rules) -> int | None:
+        """The best token the rules allow, from the engine's best tokens (``Vocabulary.best``: without the special
+        tokens, and without them and the stops); None where it cannot tell (a rule excludes that token, or no token
+        is left): the scores must be looked at."""
+        token = best[1] if rules.stops else best[0]
+        if token < 0 or (rules.segment_ends and token in self.segment_ends):
+            return None
+        if rules.word_start and not (self.vocabulary.is_word_start(token) or self.vocabulary.is_stop(token)):
+            return None
+        return token
+
+    def _allowed(self, logits: torch.Tensor, rules: Rules) -> torch.Tensor:
+        """The logits with what ``rules`` exclude set to -inf (additive biases: no per-step indexing)."""
+        v = self.vocabulary
+        scores = logits[: len(v.word_starts)] + v.bias("banned", logits.device)
+        if rules.stops:
+            scores = scores + v.bias("stops", logits.device)
+        if rules.segment_ends:
+            scores[self.segment_ends] = float("-inf")
+        if rules.word_start:
+            scores = scores + v.bias("inside_word", logits.device)
+        if len(logits) > len(scores):  # logits beyond the tokenizer's vocabulary are never proposed
+            scores = torch.cat([scores, logits.new_full((len(logits) - len(scores),), float("-inf"))])
+        return scores
