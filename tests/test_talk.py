@@ -79,6 +79,23 @@ def test_each_sentence_equals_a_fresh_stream_with_its_context(arch, layout):
             assert float((p.logits - q.logits).abs().max()) <= TOLERANCE * scale
 
 
+def test_an_interleaved_talk_equals_fresh_streams_with_its_context():
+    """The interleaved layout renders a finished pair as its own chunk (``<|end-of-read|>`` ... end)."""
+    from helpers import tiny_interleaved_translator
+    from simulmt.core.layouts import Interleaved
+
+    tr = tiny_interleaved_translator("llama", two_markers=True)
+    window = ContextWindow(pairs=2, tokens=120)
+    talk = run_talk(tr, Interleaved(), WaitK(2), window, " ".join(SENTENCES[:4]).split())
+    assert tr.fmt.end_of_read in talk.recorded[1][0].prompt
+    for (fmt, _, _, proposals), sentence, part in zip(talk.recorded, SENTENCES, talk.sentences):
+        fresh = tr.new_stream(Interleaved(), WaitK(2), record=True, fmt=fmt)
+        fresh.push(sentence.split(), finished=True)
+        run_batched([fresh], Engine(tr.runner), 1)
+        assert fresh.result().prediction == part.prediction and fresh.result().delays == part.delays
+        assert [p.token for p in fresh.proposals] == [p.token for p in proposals]
+
+
 @pytest.mark.parametrize("layout", LAYOUTS[:3], ids=lambda x: x.name)  # (gpe: a growing context passes phi)
 def test_the_cache_row_keeps_the_context_across_sentences(layout):
     """While the window grows, a sentence does not compute the prompt and context of the sentence before it again:
