@@ -75,9 +75,29 @@ def spoken(script=SCRIPT, repeat: int = 1) -> np.ndarray:
     return np.concatenate(values)
 
 
-def cascade(**options) -> CascadeTranslator:
+def cascade(pause_ms: float = 1000.0, **options) -> CascadeTranslator:
     opts = RecognizerOptions(**{"step_ms": 500, "trim_ms": 4000, "max_buffer_ms": 8000, **options})
-    return CascadeTranslator(tiny_translator("llama"), FakeWhisper(opts), opts, max_words=64)
+    return CascadeTranslator(tiny_translator("llama"), FakeWhisper(opts), opts, max_words=64, pause_ms=pause_ms)
+
+
+def test_a_pause_between_heard_words_ends_the_sentence_live_and_batched(tmp_path):
+    """No punctuation after "riding", but 1.5 s of silence: the talk cuts there (not with a longer pause_ms)."""
+    from simulmt.speech.synth import write_wav
+
+    silence = np.zeros(24000, dtype=np.float32)
+    audio = np.concatenate([spoken()[:4 * WORD], silence, spoken()[4 * WORD:]])
+    tr = cascade()
+    live = tr.translate(audio, "expost", "wait-k", k=2)
+    assert live.heard == " ".join(SCRIPT)
+    cut = [len(s) for s in split_sentences(SCRIPT, 64)]
+    alone = [tr.translator.translate(" ".join(s), "expost", "wait-k", k=2).prediction
+             for s in [SCRIPT[:4], SCRIPT[4:cut[0]]] + split_sentences(SCRIPT[cut[0]:], 64)]
+    assert live.prediction == " ".join(a for a in alone if a)
+    path = tmp_path / "pause.wav"
+    write_wav(path, (audio * 32767).astype(np.int16), 16000)
+    [batched] = list(tr.translate_iter([path], batch_size=2, layout="expost", policy="wait-k", k=2))
+    assert batched.prediction == live.prediction and batched.delays == live.delays
+    assert cascade(pause_ms=2000.0).translate(audio, "expost", "wait-k", k=2).prediction != live.prediction
 
 
 def test_the_recogniser_confirms_every_word_once_with_a_bounded_buffer():

@@ -3,7 +3,8 @@ its confirmed words to a text translator (any layout and policy), as they are co
 
     audio pieces -> StreamingRecognizer -> confirmed words (each with the audio time it was confirmed at)
                  -> one talk-level stream (simulmt.core.talk: it cuts sentences at the recogniser's punctuation,
-                    or ``max_words``; ``Stream.push`` with the update that confirmed each word as its arrival)
+                    at a pause of ``pause_ms`` between two words, or at ``max_words``; ``Stream.push`` with the
+                    update that confirmed each word as its arrival)
                  -> translated words
 
 The words a transcript confirms arrive together (one arrival): a learned policy decides once per update. A target
@@ -33,20 +34,23 @@ from simulmt.speech.model import SpeechTranslation, play, policy_for_speech
 from simulmt.speech.recognizer import ConfirmedWord, RecognizerOptions, StreamingRecognizer, Whisper, as_float_audio
 
 
+DEFAULT_PAUSE_MS = 1000.0  # a silence between heard words that ends a sentence (hesitations are shorter)
+
 class CascadeTranslator:
     unit = "words"
     learned_decides = "once per recogniser update"  # (the run config of a learned speech run says it)
 
     def __init__(self, translator, whisper: Whisper, options: RecognizerOptions | None = None,
-                 max_words: int = DEFAULT_MAX_WORDS):
+                 max_words: int = DEFAULT_MAX_WORDS, pause_ms: float = DEFAULT_PAUSE_MS):
         self.translator, self.whisper = translator, whisper
         self.options = options or whisper.options
         self.max_words = max_words
+        self.pause_ms = pause_ms  # a silence this long between two heard words ends the sentence there
 
     @classmethod
     def load(cls, model: str | None = None, adapter: str | None = "auto", *, asr: RecognizerOptions | None = None,
              source_lang: str = "en", target_lang: str = "de", max_words: int = DEFAULT_MAX_WORDS,
-             **load_kwargs) -> "CascadeTranslator":
+             pause_ms: float = DEFAULT_PAUSE_MS, **load_kwargs) -> "CascadeTranslator":
         from simulmt.models import DEFAULT_MODEL
         from simulmt.translator import Translator
 
@@ -58,7 +62,7 @@ class CascadeTranslator:
         translator = Translator.load(model or DEFAULT_MODEL, adapter, source_lang=source_lang,
                                      target_lang=target_lang, **load_kwargs)
         device = translator.runner.device.type
-        return cls(translator, Whisper(asr, device="cuda" if device == "cuda" else "cpu"), asr, max_words)
+        return cls(translator, Whisper(asr, device="cuda" if device == "cuda" else "cpu"), asr, max_words, pause_ms)
 
     @property
     def name(self) -> str:
@@ -150,7 +154,7 @@ class CascadeTranslator:
                     words, spent, duration = self.recognise(as_float_audio(read_audio(path)))
                     facts.update(words=words, spent=spent, duration=duration)
                     talk = self.translator.new_talk(layout, policy, max_words=self.max_words, **kwargs)
-                    talk.push([w.text for w in words], finished=True, arrivals=[w.update for w in words])
+                    push_heard(talk, words, None, self.pause_ms, finished=True)
                     facts["sentences"].append(talk)
                     owner[id(talk)] = facts
                 except SimulmtError as exc:
@@ -218,9 +222,10 @@ class CascadeSession:
             self.talk.t0 = self.t0  # elapsed counts from the first audio, the recogniser's compute included
 
     def _take(self, confirmed: list[ConfirmedWord], finished: bool):
+        before = self.heard[-1] if self.heard else None
         self.heard += confirmed
         if confirmed or finished:
-            self.talk.push([w.text for w in confirmed], finished=finished, arrivals=[w.update for w in confirmed])
+            push_heard(self.talk, confirmed, before, self.owner.pause_ms, finished)
         yield from self.talk.advance()
 
     def target_tokens(self) -> int:
@@ -242,6 +247,24 @@ class CascadeSession:
                                  duration_ms=self.recognizer.received_ms,
                                  encoder_ms=round(1000.0 * self.recognizer.seconds, 3), adapter_ms=0.0,
                                  unit="words", heard=" ".join(w.text for w in self.heard))
+
+
+def push_heard(talk, words: list[ConfirmedWord], before: ConfirmedWord | None, pause_ms: float,
+               finished: bool) -> None:
+    """Confirmed words into a talk (each with the update that confirmed it as its arrival); a silence of
+    ``pause_ms`` or more between two words (the recogniser's times) ends the sentence there, where the recogniser
+    gave no punctuation (a pause is how a speaker ends one)."""
+    group: list[ConfirmedWord] = []
+    for word in words:
+        if before is not None and word.start_ms - before.end_ms >= pause_ms:
+            if group:
+                talk.push([w.text for w in group], arrivals=[w.update for w in group])
+                group = []
+            talk.cut()
+        group.append(word)
+        before = word
+    if group or finished:
+        talk.push([w.text for w in group], finished=finished, arrivals=[w.update for w in group] or None)
 
 
 def merge_sentences(results: list[Translation], offsets: list[int], layout: str, policy: str) -> Translation:
