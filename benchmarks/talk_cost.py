@@ -2,7 +2,8 @@
 
 A talk of ``--sentences`` sentences (600: about an hour at 150 words a minute) is streamed as one ``Talk`` on a
 zero-cost forward (engine_cost.py's: the logits peak on a scripted German text, so every run writes the same kind
-of output; the tokenizer and vocabulary are the model's). Counted per sentence: the tokens the model computes
+of output; the tokenizer and vocabulary are the model's; the script is read by position, so layouts that place the target at
+other positions write other words: the words per sentence are printed). Counted per sentence: the tokens the model computes
 (``tokens_fed``: what a real forward would cost, the context's recomputation included), the most tokens the cache
 row held, and the host time; each over the first and the last tenth of the talk, so a cost that grows with the
 talk shows.
@@ -81,12 +82,13 @@ def main() -> None:
     words = len(talk_words(args.sentences))
     print(f"talk cost: {args.sentences} sentences, {words} source words (~{words / 150:.0f} min at 150 words/min), "
           f"zero-cost forward, vocab {tr.runner.compute.vocab}, wait-3")
-    print(f"{'layout':<14}{'context':<22}{'tokens/sentence':>16}{'first 10%':>11}{'last 10%':>10}"
+    print(f"{'layout':<14}{'context':<22}{'words/sent':>11}{'tokens/sentence':>16}{'first 10%':>11}{'last 10%':>10}"
           f"{'row max':>9}{'ms/sent first':>15}{'last':>7}{'errors':>8}")
     for layout in args.layouts.split(","):
         for window in (ContextWindow(0), ContextWindow(3, 384)):
             r = run(tr, layout, window, args.sentences)
-            print(f"{layout:<14}{window.describe():<22}{r['all_tokens']:>16.1f}{r['first_tokens']:>11.1f}"
+            print(f"{layout:<14}{window.describe():<22}{r['words'] / args.sentences:>11.1f}"
+                  f"{r['all_tokens']:>16.1f}{r['first_tokens']:>11.1f}"
                   f"{r['last_tokens']:>10.1f}{r['row']:>9d}{r['first_ms']:>15.1f}{r['last_ms']:>7.1f}"
                   f"{r['errors']:>8d}")
 
