@@ -30,8 +30,8 @@ from simulmt import __version__
 from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS
 from simulmt.models import DEFAULT_MODEL
-from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, k_field, language_field,
-                                    model_field)
+from simulmt.option_fields import (adapter_field, batch_size_field, context_pairs_field, context_tokens_field,
+                                    device_field, dtype_field, k_field, language_field, model_field)
 from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
 from simulmt.core.talk import ContextWindow
@@ -73,11 +73,8 @@ class TranslateOptions:
     max_words: int = field(default=DEFAULT_MAX_WORDS, metadata={
         "help": "each line is translated sentence by sentence (one talk); a sentence longer than this many words "
                 "is cut there (bounds the time and the context one sentence takes)", "metavar": "N"})
-    context_pairs: int = field(default=0, metadata={
-        "help": "a line is one talk: each sentence sees up to N earlier pairs of it as context (for an adapter "
-                "trained with context: finetune --context-pairs)", "metavar": "N"})
-    context_tokens: int = field(default=384, metadata={
-        "help": "with --context-pairs: at most this many context tokens", "metavar": "N"})
+    context_pairs: int = context_pairs_field("a line is one talk")
+    context_tokens: int = context_tokens_field()
     jsonl: bool = field(default=False, metadata={
         "help": "write one JSON object per input line (prediction, delays, timings, compute counts)"})
     audio: str | None = field(default=None, metadata={

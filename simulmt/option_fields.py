@@ -13,8 +13,8 @@ from simulmt.adapters import AUTO, shipped_adapter_names
 from simulmt.models import DEFAULT_MODEL, packaged_model_names
 from simulmt.core.stream_options import DEFAULTS as STREAM_DEFAULTS
 
-__all__ = ["adapter_field", "device_field", "dtype_field", "k_field", "language_field", "model_field", "n_field",
-           "phi_field", "slot_field"]
+__all__ = ["adapter_field", "context_pairs_field", "context_tokens_field", "device_field", "dtype_field", "k_field",
+           "language_field", "model_field", "n_field", "phi_field", "slot_field"]
 
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float16-packed")
 
@@ -76,3 +76,16 @@ def batch_size_field():
         "help": "streams advanced together by one model (one forward per round for all of them); the output is "
                 "the same as with 1, in input order; in a batched run a word's elapsed time is the time its "
                 "stream spent in the engine, sharing each forward with the others", "metavar": "N"})
+
+
+def context_pairs_field(what: str):
+    """``--context-pairs``: earlier sentence pairs of a talk that each sentence sees (simulmt.core.talk)."""
+    return field(default=0, metadata={
+        "help": f"{what}: each sentence sees up to N earlier pairs of the talk as context (0: none; the shipped "
+                f"adapters were trained without it; an adapter trained with it: finetune --context-pairs)",
+        "metavar": "N"})
+
+
+def context_tokens_field():
+    return field(default=384, metadata={
+        "help": "with --context-pairs: at most this many context tokens (the oldest pairs go first)", "metavar": "N"})

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS
 from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT
-from simulmt.option_fields import (adapter_field, batch_size_field, device_field, dtype_field, language_field,
-                                    model_field, phi_field, slot_field)
+from simulmt.option_fields import (adapter_field, batch_size_field, context_pairs_field, context_tokens_field,
+                                    device_field, dtype_field, language_field, model_field, phi_field, slot_field)
 from simulmt.core.prompt_format import language_name
 from simulmt.evaluation.runs import RunSpec
 
@@ -63,11 +63,8 @@ class EvaluateOptions:
                 "translated as one stream (simulmt.core.talk) and scored on the whole talk: output resegmented to "
                 "the reference sentences, BLEU, chrF, StreamLAAL, LongYAAL (OmniSTEval, SimulStream; the "
                 "longform extra)", "metavar": "FILE"})
-    context_pairs: int = field(default=0, metadata={
-        "help": "with --docids: earlier sentence pairs of the talk kept as context (0: none; for an adapter "
-                "trained with context, finetune --context-pairs)", "metavar": "N"})
-    context_tokens: int = field(default=384, metadata={
-        "help": "with --docids: at most this many context tokens (the oldest pairs go first)", "metavar": "N"})
+    context_pairs: int = context_pairs_field("with --docids")
+    context_tokens: int = context_tokens_field()
     early_end: str = field(default="read", metadata={
         "help": "an end the model proposes before the source is finished (wait-k, read-n): read (read on: the "
                 "default) or ban (not proposed: a pure wait-k / read-n schedule, as the papers run it); logs count "

@@ -12,7 +12,8 @@ from simulmt.core.talk import ContextWindow
 from simulmt.errors import SimulmtError
 from simulmt.service.limits import MAX_BACKLOG, MAX_BUFFER_CHARS, MAX_WORD_CHARS, MAX_WORD_TOKENS
 from simulmt.service.guard import MIN_TOKEN_LENGTH, TOKEN_ENV, Access, is_loopback, read_token
-from simulmt.option_fields import adapter_field, device_field, dtype_field, language_field, model_field
+from simulmt.option_fields import (adapter_field, context_pairs_field, context_tokens_field, device_field, dtype_field,
+                                    language_field, model_field)
 from simulmt.core.prompt_format import language_name
 
 HELP = "serve live translation: a WebSocket per stream, many streams on one model, a live-caption page"
@@ -43,11 +44,8 @@ class ServeOptions:
         "help": "Host names served besides loopback names (a loopback server refuses others: DNS rebinding), "
                 "comma-separated; * for any", "metavar": "NAMES"})
     max_words: int = field(default=64, metadata={"help": "a sentence is cut after this many source words"})
-    context_pairs: int = field(default=0, metadata={
-        "help": "a client's talk is one stream: each sentence sees up to N earlier pairs of it as context (for an "
-                "adapter trained with context: finetune --context-pairs)", "metavar": "N"})
-    context_tokens: int = field(default=384, metadata={
-        "help": "with --context-pairs: at most this many context tokens", "metavar": "N"})
+    context_pairs: int = context_pairs_field("a client's talk is one stream")
+    context_tokens: int = context_tokens_field()
     idle_timeout: float = field(default=300.0, metadata={"help": "close a client silent for this many seconds"})
     max_frame_bytes: int = field(default=65536, metadata={"help": "largest client frame"})
     max_backlog: int = field(default=MAX_BACKLOG, metadata={
