@@ -17,16 +17,19 @@ Read it bottom up, each file one concept:
 * ``stream_options``: a stream's layout, policy and their parameters, typed and checked once;
 * ``best_tokens``, ``decoding``: every row's best allowed token at once; the decoding rules and their tables;
 * ``translation``, ``requests``: what a stream produces; what it asks of the engine and gets back;
-* ``stream`` (+ ``guesses``, its speculation): one sentence decoded while its source arrives, model-free (it says
-  what it needs); its source units are token ids, or embeddings (speech blocks) that the engine feeds in place of
-  token embeddings;
+* ``stream`` (+ ``stream_source``, its source side; ``proposals``, its proposal under the decoding rules;
+  ``guesses``, its speculation): one sentence decoded while its source arrives, model-free (it says what it
+  needs); its source units are token ids, or embeddings (speech blocks) that the engine feeds in place of token
+  embeddings;
+* ``sentence_ends``, ``talk``: where a sentence ends; a whole talk as one stream on one cache row, its sentences in
+  turn, the last pairs as context;
 * ``alibi``: ALiBi models (Bloom, Falcon-RW), their bias carried by the masks;
 * ``batch_cache``, ``runner``, ``engine``: many streams served by one model, one packed forward per round
   (``layer_split``, ``static_decoder``: a forward stopped at a layer; static shapes for CUDA graphs);
 * ``prompt_cache``: a prompt's keys and values computed once and copied into every new stream that starts with it;
 * ``packed_linear``: linear weights in float16 prepacked for fbgemm (CPU), a model-side option of the runner;
 * ``fused_layers``: RMSNorms as one operation and gated MLPs as one product, for a model that only runs;
-* ``session``: one stream with an engine of its own (the live API for one sentence).
+* ``session``: one stream, or one talk, with an engine of its own (the live API).
 
 Nothing here imports from the tools above it (translator, CLI, evaluation, benchmarks, fine-tuning, agent).
 """
