@@ -260,3 +260,23 @@ def test_training_with_context_lays_out_a_talks_prompts_and_keeps_parity(arch, r
         assert run.unmatched == 0 and run.labels > 0
         assert run.max_diff <= 1e-4
         assert run.examples[-1].tokens[:len(formats[i].prompt)] == run.session.fed[:len(formats[i].prompt)]
+
+
+def test_a_failed_sentence_a_bad_word_and_a_step_after_the_end_lose_nothing():
+    """A sentence too long for the context fails alone (its words still counted, and read on the talk's clock);
+    a word that is not text is refused when pushed, the talk goes on; stepping a finished talk adds nothing."""
+    tr = tiny_translator("llama")
+    long = "Weather " + " ".join(["weather"] * 599) + "."
+    words = (SENTENCES[0] + " " + long + " " + SENTENCES[1]).split()
+    talk = tr.talk_session("expost", "wait-k", k=2, max_words=1000)
+    with pytest.raises(SimulmtError, match="not valid text"):
+        talk.push(["fine", "\ud800"])
+    talk.push(words, finished=True)
+    list(talk.advance())
+    result = talk.result()
+    assert [bool(s.error) for s in talk.sentences] == [False, True, False] and "context" in result.error
+    assert result.source_length == len(words) == len(result.read_elapsed)
+    assert result.read_elapsed == sorted(result.read_elapsed)
+    before = (len(talk.sentences), talk.source_before, talk.result().prediction)
+    assert talk.step().status.name == "DONE" and list(talk.advance()) == []
+    assert (len(talk.sentences), talk.source_before, talk.result().prediction) == before

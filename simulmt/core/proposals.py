@@ -22,7 +22,8 @@ class Proposals:
         if cause == "model":
             ends = {self.fmt.end_id, self.fmt.end_of_write, self.fmt.end_of_translation, self.tokenizer.eos_token_id}
             cause = "end" if token in ends else ("newline" if not self.fmt.chat else "stop")
-        self.early_ends.append((len(self.written), cause, self._after_header()))
+        words = sum(len(w.text.split()) for w in self.written)  # (words of the prediction, as its delays count)
+        self.early_ends.append((words, cause, self._after_header()))
 
     def _after_header(self) -> bool:
         """Has a new slot or turn header (a source marker) been placed in this sentence?"""

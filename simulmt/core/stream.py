@@ -409,6 +409,8 @@ class Stream(Source, Proposals, Guesses):
             source_length=len(self.source_words), forward_calls=self.forward_calls, cache_crops=self.cache_crops,
             refed_tokens=self.refed_tokens, speculated=self.speculated, speculated_kept=self.speculated_kept,
             stopped_forwards=self.stopped_forwards, wall_ms=round(wall, 3),
-            read_elapsed=[round(ms, 3) for ms in self.read_ms], early_ends=[list(e) for e in self.early_ends],
+            read_elapsed=[round(ms, 3) for ms in self.read_ms]  # (a failed sentence's unread words: read as it failed)
+            + [round(wall, 3)] * (len(self.source_words) - len(self.read_ms) if self.error is not None else 0),
+            early_ends=[list(e) for e in self.early_ends],
             header_words=self.header_words,
             error=str(self.error) if self.error is not None else None)

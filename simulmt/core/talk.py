@@ -111,6 +111,7 @@ class Talk(Stream):
         self.keep = True  # keep them (``result``); False: a service's talk of hours keeps none (``on_sentence``)
         self.source_before = self.words_before = 0  # source words and target words of the finished sentences
         self.target_tokens_before = 0  # target tokens of the finished sentences
+        self.sentences_closed = False  # the last sentence is done and counted
         self.recorded: list = []  # with ``record``: (prompt format, source ids, target ids, proposals) per sentence
         self.on_sentence: Callable[[Translation], None] | None = None  # sees each sentence's translation when done
 
@@ -121,6 +122,12 @@ class Talk(Stream):
             raise SimulmtError("this talk has already finished")
         if arrivals is not None and len(arrivals) != len(words):
             raise SimulmtError(f"arrivals must number each of the {len(words)} words; got {arrivals}")
+        for i, word in enumerate(words):  # checked now: a bad word is refused alone, not when its sentence starts
+            try:
+                word.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise SimulmtError(f"word {i + 1} of the words pushed is not valid text ({exc.reason}); read the "
+                                   f"input as UTF-8") from None
         if arrivals is None:
             arrivals = [self.talk_arrivals] * len(words)
         if arrivals:
@@ -172,6 +179,8 @@ class Talk(Stream):
         """As a stream's, over the whole talk. A sentence that fails (a ``SimulmtError``: too long for the model's
         context, ...) is recorded with its error and no target words, and the next one starts all the same."""
         words: list[WrittenWord] = []
+        if self.done_talk and self.sentences_closed:
+            return Step([], Status.DONE, None)  # (stepped again after its end: nothing more)
         while True:
             try:
                 step = super().step()
@@ -186,6 +195,7 @@ class Talk(Stream):
             last = self.talk_finished and not self._words_waiting()
             self._next_sentence(last)
             if last:
+                self.sentences_closed = True
                 return Step(words, Status.DONE, None)
 
     def _finish_source(self) -> None:

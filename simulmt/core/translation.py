@@ -100,6 +100,7 @@ def merge_translations(parts: Sequence[Translation], shared_clock: bool = False)
         source_length=words_before, forward_calls=sum(p.forward_calls for p in parts),
         cache_crops=sum(p.cache_crops for p in parts), refed_tokens=sum(p.refed_tokens for p in parts),
         speculated=sum(p.speculated for p in parts), speculated_kept=sum(p.speculated_kept for p in parts),
+        stopped_forwards=sum(p.stopped_forwards for p in parts),
         wall_ms=parts[-1].wall_ms if shared_clock else round(ms_before, 3), error="; ".join(errors) or None,
         read_elapsed=reads, early_ends=early, header_words=sum(p.header_words for p in parts))
 
