@@ -148,7 +148,7 @@ def test_the_cascade_translates_sentence_by_sentence_and_live_equals_batched(tmp
         assert len(b.elapsed) == len(b.delays)
 
 
-def test_a_learned_policy_decides_once_per_update_live_and_batched(tmp_path):
+def test_a_learned_policy_decides_once_per_update_live_and_batched(tmp_path, monkeypatch):
     import torch
 
     from simulmt.core.learned_policy import PolicyHead
@@ -156,8 +156,10 @@ def test_a_learned_policy_decides_once_per_update_live_and_batched(tmp_path):
 
     tr = cascade()
     hidden = tr.translator.model.config.hidden_size
-    tr.translator.policy_head = PolicyHead(torch.randn(2, hidden, generator=torch.Generator().manual_seed(1)),
-                                           torch.zeros(2))
+    # (the tiny translator is shared by the tests: the head goes when the test ends, or the service's tests would
+    # find a learned policy where they expect none)
+    monkeypatch.setattr(tr.translator, "policy_head",
+                        PolicyHead(torch.randn(2, hidden, generator=torch.Generator().manual_seed(1)), torch.zeros(2)))
     session = tr.session("expost", "learned", tau=0.5)
     assert session.kwargs["policy"].per_arrival
     live = tr.translate(spoken(SCRIPT[:9]), "expost", "learned", tau=0.5)
