@@ -2,11 +2,11 @@
 
 A talk of ``--sentences`` sentences (600: about an hour at 150 words a minute) is streamed as one ``Talk`` on a
 zero-cost forward (engine_cost.py's: the logits peak on a scripted German text, so every run writes the same kind
-of output; the tokenizer and vocabulary are the model's; the script is read by position, so layouts that place the target at
-other positions write other words: the words per sentence are printed). Counted per sentence: the tokens the model computes
-(``tokens_fed``: what a real forward would cost, the context's recomputation included), the most tokens the cache
-row held, and the host time; each over the first and the last tenth of the talk, so a cost that grows with the
-talk shows.
+of output; the tokenizer and vocabulary are the model's; the script is read by position, so layouts that place
+the target at other positions write other words: the words per sentence are printed). Counted per sentence: the
+tokens the model computes (``tokens_fed``: what a real forward would cost, the context's recomputation included),
+the most tokens the cache row held, and the host time; each over the first and the last tenth of the talk, so a
+cost that grows with the talk shows.
 
     python benchmarks/talk_cost.py [--sentences 600] [--layouts expost,prefix,conversation,gpe] [--model DIR]
 

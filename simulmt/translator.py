@@ -86,13 +86,18 @@ class Translator:
             raise SimulmtError(NO_HEAD)
         return make_policy(policy, k=k, n=n, tau=tau, head=self.policy_head)
 
+    def _layout_and_policy(self, layout: str | Layout, policy: str | Policy, k: int, n: int, tau: float, slot: int,
+                           phi: int) -> tuple[Layout, Policy]:
+        """A layout and a policy, by name with their parameters (or as given)."""
+        return (make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout,
+                self.make_policy(policy, k, n, tau))
+
     def session(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = DEFAULTS["k"],
                 n: int = DEFAULTS["n"], tau: float = DEFAULTS["tau"], slot: int = DEFAULTS["slot"],
                 phi: int = DEFAULTS["phi"], config: DecodeConfig | None = None,
                 forced: list[tuple[int, int]] | None = None, record: bool = False,
                 sampler: Sampler | None = None) -> StreamingSession:
-        layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
-        policy = self.make_policy(policy, k, n, tau)
+        layout, policy = self._layout_and_policy(layout, policy, k, n, tau, slot, phi)
         return StreamingSession(self.runner, self.tokenizer, self.fmt, layout, policy, self.vocabulary,
                                 config or DecodeConfig(), forced=forced, record=record, model_name=self.name,
                                 sampler=sampler)
@@ -103,8 +108,7 @@ class Translator:
                    sampler: Sampler | None = None, record: bool = False, fmt: PromptFormat | None = None) -> Stream:
         """A model-free stream for an ``Engine`` (many streams, one model): push words, let the engine run it.
         ``fmt``: another prompt format than the translator's (the speech align stage's transcript prompt)."""
-        layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
-        policy = self.make_policy(policy, k, n, tau)
+        layout, policy = self._layout_and_policy(layout, policy, k, n, tau, slot, phi)
         return Stream(self.tokenizer, fmt or self.fmt, layout, policy, self.vocabulary, config or DecodeConfig(),
                       sampler=sampler, record=record, model_name=self.name, max_positions=self.runner.max_positions)
 
@@ -115,8 +119,7 @@ class Translator:
                  sampler: Sampler | None = None, record: bool = False) -> Talk:
         """A model-free stream for a whole talk (simulmt.core.talk): it cuts the words pushed into sentences (at
         most ``max_words`` each) and gives each the last finished pairs as context (``window``)."""
-        layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
-        policy = self.make_policy(policy, k, n, tau)
+        layout, policy = self._layout_and_policy(layout, policy, k, n, tau, slot, phi)
         return Talk(self.tokenizer, self.fmt, layout, policy, self.vocabulary, config or DecodeConfig(),
                     window=window, max_words=max_words, sampler=sampler, record=record, model_name=self.name,
                     max_positions=self.runner.max_positions)
@@ -127,8 +130,7 @@ class Translator:
                      slot: int = DEFAULTS["slot"], phi: int = DEFAULTS["phi"], config: DecodeConfig | None = None,
                      sampler: Sampler | None = None, record: bool = False) -> TalkSession:
         """A whole talk, live: push its words as they arrive, ``advance`` (``new_talk`` with an engine of its own)."""
-        layout = make_layout(layout, slot=slot, phi=phi) if isinstance(layout, str) else layout
-        policy = self.make_policy(policy, k, n, tau)
+        layout, policy = self._layout_and_policy(layout, policy, k, n, tau, slot, phi)
         return TalkSession(self.runner, self.tokenizer, self.fmt, layout, policy, self.vocabulary,
                            config or DecodeConfig(), window=window, max_words=max_words, sampler=sampler,
                            record=record, model_name=self.name)

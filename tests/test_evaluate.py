@@ -361,3 +361,20 @@ def test_decoding_rules_are_run_options_recorded_and_their_early_ends_scored(tmp
     early = sum(len(r["early_ends"]) for r in _log(default / "expost-slot16.wait-1" / "instances.log"))
     assert sum(scores["early_end_causes"].values()) == early
     assert cli.main(_args(data, tmp_path / "x", "--no-repeat-ngram", "1")) == 2
+
+
+def test_early_end_rates_golden():
+    from simulmt.evaluation.scores import early_end_rates
+
+    instances = [  # 5 words, 2 after a new slot; early ends: 1 in the first slot, 1 after a new slot
+        {"delays": [1, 2, 3, 4, 5], "header_words": 2, "early_ends": [[1, "end", False], [4, "repeat", True]]},
+        # 3 words, none after a new slot; one early end in the first slot
+        {"delays": [2, 3, 3], "header_words": 0, "early_ends": [[0, "newline", False]]},
+    ]
+    rates = early_end_rates(instances)
+    assert rates["early_ends_per_word_first_slot"] == pytest.approx(2 / 6)  # 2 ends over 8 - 2 words
+    assert rates["early_ends_per_word_new_slot"] == pytest.approx(1 / 2)
+    assert rates["early_end_causes"] == {"end": 1, "newline": 1, "repeat": 1}
+    assert rates["sentences_with_early_end"] == 2
+    assert early_end_rates([{**instances[1]}])["early_ends_per_word_new_slot"] is None  # no word after a new slot
+    assert early_end_rates([{"delays": [1]}]) == {}  # a log from before they were recorded

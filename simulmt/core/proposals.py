@@ -62,7 +62,8 @@ class Proposals:
             token, self._held_logprob = self.sampler.choose(logits, self.accepted)
         else:
             rules = self._rules()
-            token = self._best_allowed(best, rules) if best is not None and getattr(self.sampler, "picks_best", False) else None
+            picks_best = best is not None and getattr(self.sampler, "picks_best", False)
+            token = self._best_allowed(best, rules) if picks_best else None
             if token is not None:
                 self._scores, self._chosen_from = None, (logits, best, rules)
                 if self.logprobs:

@@ -241,10 +241,11 @@ class Stream(Source, Proposals, Guesses):
 
     # ---- the model side --------------------------------------------------------------------------------------
     def _logits(self, draft: bool = False) -> Answer | None:
-        """The answer (logits, ...) at the layout's last placed token if the cache row holds the whole list; otherwise post a
-        ``ForwardRequest`` (keep the common prefix, feed the rest) and return None. ``draft``: a proposal is asked
-        for; if a READ dropped one (``self.drafts``), it is fed after the list as a guess (speculative decoding with
-        the old proposal as the draft), its alternatives after it: proposed again, it needs no forward of its own."""
+        """The answer (logits, ...) at the layout's last placed token if the cache row holds the whole list; otherwise
+        post a ``ForwardRequest`` (keep the common prefix, feed the rest) and return None. ``draft``: a proposal is
+        asked for; if a READ dropped one (``self.drafts``), it is fed after the list as a guess (speculative decoding
+        with the old proposal as the draft), its alternatives after it: proposed again, it needs no forward of its
+        own."""
         target = self.state.tokens
         kept = common_prefix_length(self.fed, target)
         output = self._output(kept)

@@ -18,9 +18,9 @@ that prompt (``Talk.context_format``). The cache row is never emptied: the next 
 what the row holds, as at every step of a stream (``Stream.fed``), and the common prefix is kept: the prompt and
 context of the sentence before. So a sentence computes the newest pair (as context: its tokens were placed with
 the roles of a sentence, which the visibility rule reads) and its own tokens. When the window overflows, the oldest
-pairs go until half the window is left (``ContextWindow``), and the context is computed again once, not at every sentence. Positions restart at 0 with
-every prompt, so a talk of hours never runs past the model's context, and the cache row holds at most the window
-plus one sentence.
+pairs go until half the window is left (``ContextWindow``), and the context is computed again once, not at every
+sentence. Positions restart at 0 with every prompt, so a talk of hours never runs past the model's context, and
+the cache row holds at most the window plus one sentence.
 
 Delays are counted on the talk's clock: a word's delay is the source words of the talk read when it was written,
 its ``elapsed`` the time since the talk began. ``result()`` is the talk's ``Translation`` (its sentences merged).

@@ -27,7 +27,7 @@ from simulmt.evaluation.run_dir import (CONFIG, LOG, SCORES, SIMULEVAL_CONFIG, _
                                         check_run_dir, decode_kwargs, read_log)
 from simulmt.evaluation.runs import RunResult, RunSpec
 from simulmt.evaluation.testset import TestSet, _read_lines
-from simulmt.metrics.longform import realtime_emissions
+from simulmt.metrics.longform import emission_times
 
 if TYPE_CHECKING:
     from simulmt.core.translation import Translation
@@ -78,7 +78,8 @@ def talk_record(index: int, talk: TalkLines, translation: "Translation", test_se
               "delays": translation.delays, "elapsed": translation.elapsed,
               "prediction_length": len(translation.delays), "source_length": translation.source_length,
               "line_words": [len(s.split()) for s in sources], "references": test_set.references[talk.start:talk.end],
-              "source_lines": sources, "read_elapsed": translation.read_elapsed, "tokens_fed": translation.tokens_fed, "flops": translation.flops,
+              "source_lines": sources, "read_elapsed": translation.read_elapsed,
+              "tokens_fed": translation.tokens_fed, "flops": translation.flops,
               "wall_ms": translation.wall_ms, "forward_calls": translation.forward_calls,
               "cache_crops": translation.cache_crops, "refed_tokens": translation.refed_tokens}
     if translation.error:
@@ -179,23 +180,22 @@ def write_longform_inputs(folder: Path, records: list[dict], ms: float, resegmen
     (OmniSTEval's hypotheses) and s (the segmentation, SimulStream's log) of ``ms`` per source word."""
     folder.mkdir(parents=True, exist_ok=True)
     refs, segments, hypotheses, stream_log = [], [], [], [json.dumps({"model_loading_time": 0.0})]
-    for number, r in enumerate(records):
-        start = 0
-        for words, reference in zip(r["line_words"], r["references"]):
-            segments.append({"wav": f"{r['source']}.wav", "offset": start * ms / 1000, "duration": words * ms / 1000})
-            refs.append(reference)
-            start += words
-        cu = [d * ms for d in r["delays"]]
-        ca = (realtime_emissions(r["delays"], r["elapsed"], r["read_elapsed"], ms) if r.get("read_elapsed")
-              else [d * ms + e for d, e in zip(r["delays"], r["elapsed"])])
-        hypotheses.append(json.dumps({"source": f"{r['source']}.wav", "prediction": r["prediction"], "delays": cu,
-                                      "elapsed": ca, "source_length": start * ms}, ensure_ascii=False))
-        stream_log.append(json.dumps({"id": number, "metadata": {"wav_name": f"{r['source']}.wav"}}))
+    for number, (r, talk) in enumerate(zip(records, talk_outputs(records))):
+        cu, ca, spans, end = emission_times(talk, ms)  # (what scores.json was computed from)
+        wav = f"{r['source']}.wav"
+        segments += [{"wav": wav, "offset": start / 1000, "duration": duration / 1000} for start, duration in spans]
+        refs += r["references"]
+        hypotheses.append(json.dumps({"source": wav, "prediction": r["prediction"], "delays": cu, "elapsed": ca,
+                                      "source_length": end}, ensure_ascii=False))
+        stream_log.append(json.dumps({"id": number, "metadata": {"wav_name": wav}}))
         for word, c, a in zip(r["prediction"].split(), cu, ca):  # a word per chunk, emitted at its time
             stream_log.append(json.dumps({"id": number, "total_audio_processed": c / 1000,
                                           "computation_time": (a - c) / 1000, "generated_tokens": [word],
                                           "deleted_tokens": []}, ensure_ascii=False))
-    write = lambda name, lines: (folder / name).write_text("".join(f"{x}\n" for x in lines), encoding="utf-8")  # noqa: E731
+
+    def write(name: str, lines) -> None:
+        (folder / name).write_text("".join(f"{x}\n" for x in lines), encoding="utf-8")
+
     write("references.txt", refs)
     write("resegmented.txt", resegmented)
     write("hypotheses.jsonl", hypotheses)
@@ -208,14 +208,11 @@ def write_longform_inputs(folder: Path, records: list[dict], ms: float, resegmen
         f"Times assume {ms:g} ms per source word (a text talk has no clock): OmniSTEval reports latency in ms,",
         "SimulStream in s; divide by that rate for source words, as scores.json does. From this folder:", "",
         "    omnisteval longform --speech_segmentation segmentation.yaml --ref_sentences_file references.txt \\",
-        f"        --hypothesis_file hypotheses.jsonl --word_level --lang {lang} --bleu_tokenizer 13a --output_folder omnisteval", "",
+        f"        --hypothesis_file hypotheses.jsonl --word_level --lang {lang} --bleu_tokenizer 13a \\",
+        "        --output_folder omnisteval", "",
         "    simulstream_score_latency --scorer stream_laal --eval-config simulstream.yaml \\",
         "        --log-file simulstream.jsonl --reference references.txt --audio-definition segmentation.yaml"])
 
 
-def is_talk_run(directory: Path) -> bool:
-    return (Path(directory) / CONFIG).is_file() and "docids" in _read_json(Path(directory) / CONFIG)
-
-
-__all__ = ["LONGFORM", "TalkLines", "is_talk_run", "read_talks", "score_talk_run", "talk_config", "talk_record",
+__all__ = ["LONGFORM", "TalkLines", "read_talks", "score_talk_run", "talk_config", "talk_record",
            "translate_talk_run", "write_longform_inputs"]

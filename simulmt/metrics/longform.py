@@ -15,7 +15,8 @@ stream's events (each read, each word written) advances the clock, and a read wa
 is emitted at the clock's time when it was written. (Adding the compute since the talk began to ``d *
 ms_per_word``, as the sentence-level ``*_CA`` do, would count an hour of compute against the last word of an
 hour's talk although it ran while the talk was spoken.) The computation-unaware latencies are reported in source
-words (as the short-form ones), the computation-aware ones (``*_CA``) in ms. LongYAAL counts no word emitted at or after the end of the talk (its
+words (as the short-form ones), the computation-aware ones (``*_CA``) in ms. LongYAAL counts no word emitted at or
+after the end of the talk (its
 definition: OmniSTEval's ``time_to_recording_end``); StreamLAAL and LongLAAL do.
 
 COMET / XCOMET: OmniSTEval's ``comet`` extra with a checkpoint the user has (``comet_model``: a name its hub
@@ -85,7 +86,7 @@ def realtime_emissions(delays: Sequence[float], elapsed: Sequence[float], read_e
     return out
 
 
-def _times(talk: TalkOutput, ms: float) -> tuple[list[float], list[float], list[tuple[float, float]], float]:
+def emission_times(talk: TalkOutput, ms: float) -> tuple[list[float], list[float], list[tuple[float, float]], float]:
     """(emission CU, emission CA, (start, duration) per reference sentence, talk end), all in ms."""
     cu = [d * ms for d in talk.delays]
     ca = (realtime_emissions(talk.delays, talk.elapsed, talk.read_elapsed, ms) if talk.read_elapsed
@@ -103,7 +104,7 @@ def resegment(talks: Sequence[TalkOutput], ms_per_word: float, lang: str | None 
     Word = omnisteval.Word
     ref_words, hyp_words, segmentation, ref_sentences = [], [], [], []
     for doc, talk in enumerate(talks):
-        cu, ca, spans, end = _times(talk, ms_per_word)
+        cu, ca, spans, end = emission_times(talk, ms_per_word)
         words = []
         for seg, ((start, duration), reference) in enumerate(zip(spans, talk.references)):
             segmentation.append({"wav": talk.name, "doc_id": doc, "seg_id": seg, "offset": start,
@@ -126,7 +127,7 @@ def stream_laal(talks: Sequence[TalkOutput], ms_per_word: float) -> tuple[float,
 
     samples = []
     for talk in talks:
-        cu, ca, spans, _ = _times(talk, ms_per_word)
+        cu, ca, spans, _ = emission_times(talk, ms_per_word)
         refs = [ReferenceSentenceDefinition(r, start, duration) for r, (start, duration) in
                 zip(talk.references, spans)]
         samples.append(LatencyScoringSample(talk.name, OutputWithDelays(" ".join(talk.words), cu, ca), refs))
@@ -167,4 +168,5 @@ def longform_scores(talks: Sequence[TalkOutput], ms_per_word: float = 300.0, lan
                                           ms=ms_per_word)}
 
 
-__all__ = ["INSTALL", "TalkOutput", "longform_scores", "realtime_emissions", "resegment", "stream_laal"]
+__all__ = ["INSTALL", "TalkOutput", "emission_times", "longform_scores", "realtime_emissions", "resegment",
+           "stream_laal"]
