@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from simulmt.core.packed_forward import PackedAnswer
+
 SOURCE = ("A man in a blue shirt is standing on a ladder cleaning windows while two children play in the park "
           "and a dog runs after a red ball near the old stone bridge over the river").split()
 TARGET = ("Ein Mann in einem blauen Hemd steht auf einer Leiter und putzt Fenster, während zwei Kinder im Park "
@@ -39,21 +41,23 @@ class FreeForward:
         self.script = script
         self.seconds = 0.0
 
-    def __call__(self, ids, positions, visible, q_index, last, cache, features, *, distances=None, embedded=None,
-                 head_rows=None, features_layer=None, stop=None):
+    def __call__(self, queries, cache, wants):
         start = time.perf_counter()
-        n = len(last)
+        n = len(queries.last)
         logits = self.base.repeat(n, 1)
-        at = positions[last].tolist()
+        at = queries.positions[queries.last].tolist()
         rows = torch.arange(n)
         first = torch.tensor([self.script[p % len(self.script)] for p in at])
         second = torch.tensor([self.script[(p + 7) % len(self.script)] for p in at])
         logits[rows, second] = 15.0
         logits[rows, first] = 20.0
-        if head_rows is not None:  # (a learned policy's conditional rows: every row asks here)
-            head_rows(torch.zeros(n, 1))
+        head_rows = wants.head_rows
+        if wants.decisions is not None:  # a learned policy's conditional rows (on zero features)
+            head_rows = wants.decisions.head_rows(torch.zeros(n, 1))
+        if head_rows is not None:
+            logits = logits[head_rows]
         self.seconds += time.perf_counter() - start
-        return logits, None
+        return PackedAnswer(logits, None, head_rows)
 
 
 def script_tokens(tokenizer, end_id: int) -> list[int]:

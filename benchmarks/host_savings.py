@@ -9,7 +9,7 @@ whole sentence given at once, as `simulmt translate` of a file does), alternatin
 * ``fused``: the model's RMSNorms and gated MLPs fused (``simulmt.core.fused_layers``, ``Translator.load(fuse=)``);
 * ``inference_mode``: the engine serves its forwards in ``torch.inference_mode`` instead of ``torch.no_grad``
   (``Engine.inference_mode``);
-* ``read_ahead``: a READ whose source is at hand is fed in the forward of the word's last token (``Stream.read_ahead``).
+* ``read_ahead``: a READ whose source is at hand is fed in the forward of the word's last token (``Execution.read_ahead``).
 
 Each must leave the output unchanged (checked: predictions and delays); the script prints wall ms and forwards per
 target token, off and on, and the ratio on/off. Pin the threads and keep other jobs off the cores.
@@ -44,8 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from simulmt.core.engine import Engine
-    from simulmt.core.stream import Stream
+    from dataclasses import replace
     from simulmt.translator import Translator
 
     lines = (open(args.source, encoding="utf-8").read().splitlines() if args.source else BUILT_IN)[: args.lines]
@@ -56,13 +55,14 @@ def main() -> None:
     plain.translate(lines[0], layout=args.layout, policy="wait-k", k=args.k)
 
     def run(translator, inference_mode: bool, read_ahead: bool, line: str):
-        Engine.inference_mode, Stream.read_ahead = inference_mode, read_ahead
+        saved = translator.runner.execution
+        translator.runner.execution = replace(saved, inference_mode=inference_mode, read_ahead=read_ahead)
         try:
             start = time.perf_counter()
             result = translator.translate(line, layout=args.layout, policy="wait-k", k=args.k)
             return time.perf_counter() - start, result
         finally:
-            Engine.inference_mode, Stream.read_ahead = True, True
+            translator.runner.execution = saved
 
     switches = {"fused": lambda on, line: run(fused if on else plain, True, True, line),
                 "inference_mode": lambda on, line: run(fused, on, True, line),

@@ -1,7 +1,7 @@
 """What the stream's guesses save (simulmt/core/stream.py, "Guesses"), with a real model, in one run.
 
-Every input is streamed three times side by side: guesses off (``Stream.speculate``), the draft alone
-(``Stream.alternatives = 0``, the default), and the draft with alternatives (``--alternatives``, 2 here); the outputs
+Every input is streamed three times side by side: guesses off (``Execution.speculate``), the draft alone
+(``Execution.alternatives = 0``, the default), and the draft with alternatives (``--alternatives``, 2 here); the outputs
 must be identical (the script stops if a prediction differs). Prints, per configuration: LLM forward calls and wall
 ms per target token in each run, the ratio of the last to off, and how many guessed tokens the layout placed::
 
@@ -21,19 +21,20 @@ import time
 
 import torch
 
+from dataclasses import replace
+
 from simulmt.core.policies import make_policy
-from simulmt.core.stream import Stream
 
 
-def _stream(make, speculate: bool, alternatives: int):
-    saved = Stream.speculate, Stream.alternatives
-    Stream.speculate, Stream.alternatives = speculate, alternatives
+def _stream(make, runner, speculate: bool, alternatives: int):
+    saved = runner.execution
+    runner.execution = replace(saved, speculate=speculate, alternatives=alternatives)
     try:
         start = time.perf_counter()
         session, result = make()
         return session, result, (time.perf_counter() - start) * 1000
     finally:
-        Stream.speculate, Stream.alternatives = saved
+        runner.execution = saved
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             def make(x, policy=policy):
                 run, session = measure(speech, x, "interleaved", policy)
                 return session.text, session.result()
-            configurations.append((name, make))
+            configurations.append((name, make, speech.translator.runner))
     else:
         from simulmt.translator import Translator
 
@@ -80,21 +81,21 @@ def main(argv: list[str] | None = None) -> int:
             def make(x, tr=tr, layout=layout, policy=policy):
                 session = tr.session(layout, policy)
                 return session, session.run(x)
-            configurations.append((name, make))
+            configurations.append((name, make, tr.runner))
     print(f"{len(inputs)} inputs, {args.dtype}, {torch.get_num_threads()} threads", file=sys.stderr)
     runs = (("off", False, 0), ("draft", True, 0), (f"+{args.alternatives} alternatives", True, args.alternatives))
     print(f"| configuration | target tokens | forwards / token: {' | '.join(n for n, _, _ in runs)} | ms / token: "
           f"{' | '.join(n for n, _, _ in runs)} | last / off | guesses placed / fed: "
           f"{' | '.join(n for n, _, _ in runs[1:])} |")
     print("|---|---:" + "|---:" * (2 * len(runs) + 1 + len(runs) - 1) + "|")
-    for name, make in configurations:
+    for name, make, runner in configurations:
         make(inputs[0])  # warm-up
         tokens = 0
         forwards, ms, kept, guessed = ([0.0] * len(runs) for _ in range(4))
         for x in inputs:
             outputs = []
             for i, (_, speculate, alternatives) in enumerate(runs):
-                session, result, t = _stream(lambda: make(x), speculate, alternatives)
+                session, result, t = _stream(lambda: make(x), runner, speculate, alternatives)
                 outputs.append(result)
                 forwards[i] += result.forward_calls
                 ms[i] += t

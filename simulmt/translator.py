@@ -24,6 +24,7 @@ from simulmt.core.policies import Policy, make_policy
 from simulmt.core.prompt_format import PromptFormat, build_format, newline_ids, source_units
 from simulmt.core.runner import ModelRunner
 from simulmt.core.session import DecodeConfig, StreamingSession, TalkSession, Translation, WrittenWord
+from simulmt.core.execution import Execution
 from simulmt.core.engine import Engine, run_ordered
 from simulmt.core.fused_layers import fuse_for_inference
 from simulmt.core.packed_linear import has_adapter_layers, weights_dtype
@@ -39,7 +40,8 @@ from simulmt.core.vocabulary import special_token_ids, token_table, word_start_t
 class Translator:
     def __init__(self, model, tokenizer, *, source_lang: str = "en", target_lang: str = "de",
                  use_chat_template: bool = True, name: str = "", adapter: str | None = None,
-                 policy_head: PolicyHead | None = None):
+                 policy_head: PolicyHead | None = None, execution: Execution = Execution()):
+        """``execution``: how its engines compute (simulmt.core.execution: switches that keep the output)."""
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.policy_head = policy_head  # the learned policy's head (policy="learned"), shipped beside the adapter
         self.adapter = adapter  # the adapter's label (shipped name or directory), None for the bare model
@@ -48,7 +50,7 @@ class Translator:
         if not fmt.chat:  # plain markers: a line break ends the translation too
             fmt = replace(fmt, stop_ids=fmt.stop_ids | newline_ids(tokenizer))
         self.fmt: PromptFormat = fmt
-        self.runner = ModelRunner(model)
+        self.runner = ModelRunner(model, execution)
         self.word_starts = word_start_table(tokenizer, self.runner.compute.vocab)
         self.special = token_table(special_token_ids(tokenizer), self.runner.compute.vocab)
         stops = token_table(self.fmt.stop_ids, self.runner.compute.vocab)
@@ -62,7 +64,7 @@ class Translator:
     @classmethod
     def load(cls, model: str | None = None, adapter: str | None = "auto", *, source_lang: str = "en",
              target_lang: str = "de", use_chat_template: bool = True, fuse: bool = True,
-             **load_kwargs) -> "Translator":
+             execution: Execution = Execution(), **load_kwargs) -> "Translator":
         """``fuse``: run each RMSNorm as one operation and a gated MLP's gate and up projections as one product
         (``simulmt.core.fused_layers``: the same outputs, fewer operations per forward), unless the adapter is
         left unmerged (``merge_adapter=False``, to train it)."""
@@ -75,7 +77,8 @@ class Translator:
         head = PolicyHead.load(loaded.adapter_dir) if loaded.adapter_dir and (
             loaded.adapter_dir / HEAD_FILE).is_file() else None
         return cls(loaded.model, loaded.tokenizer, source_lang=source_lang, target_lang=target_lang,
-                   use_chat_template=use_chat_template, name=name, adapter=loaded.adapter, policy_head=head)
+                   use_chat_template=use_chat_template, name=name, adapter=loaded.adapter, policy_head=head,
+                   execution=execution)
 
     def make_policy(self, policy: str | Policy, k: int = DEFAULTS["k"], n: int = DEFAULTS["n"],
                     tau: float = DEFAULTS["tau"]) -> Policy:

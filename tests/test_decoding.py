@@ -28,13 +28,13 @@ def steered(prefer, arch: str = "llama", extra_tokens: tuple[str, ...] = ()) -> 
     tr = Translator(make_model(arch, len(tok)), tok, name=f"steered-{arch}")
     forward = tr.runner.forward_packed
 
-    def steered_forward(ids, positions, visible, q_index, last, cache, *args, **kwargs):
-        logits, hidden = forward(ids, positions, visible, q_index, last, cache, *args, **kwargs)
-        for row, query in enumerate(last.tolist()):
-            target = prefer(int(ids[query]))
+    def steered_forward(queries, *args, **kwargs):
+        answer = forward(queries, *args, **kwargs)
+        for row, query in enumerate(queries.last.tolist()):
+            target = prefer(int(queries.ids[query]))
             if target is not None:
-                logits[row, target] += 100.0
-        return logits, hidden
+                answer.logits[row, target] += 100.0
+        return answer
 
     tr.runner.forward_packed = steered_forward  # the model side of the engine: one call per forward
     return tr
@@ -213,13 +213,13 @@ def interleaved_steered_to_end_of_write(markers: tuple[str, ...], one_word_chunk
 
     words = word_ids(tr, 7)  # the word written after end-of-read varies with its position (no repeated phrase)
 
-    def steered_forward(ids, positions, visible, q_index, last, *args, **kwargs):
-        logits, hidden = forward(ids, positions, visible, q_index, last, *args, **kwargs)
-        for row, query in enumerate(last.tolist()):
-            opened = int(ids[query]) == tr.fmt.end_of_read
-            word = words[int(positions[query]) % len(words)]
-            logits[row, word if one_word_chunks and opened else eow] += 100.0
-        return logits, hidden
+    def steered_forward(queries, *args, **kwargs):
+        answer = forward(queries, *args, **kwargs)
+        for row, query in enumerate(queries.last.tolist()):
+            opened = int(queries.ids[query]) == tr.fmt.end_of_read
+            word = words[int(queries.positions[query]) % len(words)]
+            answer.logits[row, word if one_word_chunks and opened else eow] += 100.0
+        return answer
 
     tr.runner.forward_packed = steered_forward
     return tr

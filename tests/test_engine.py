@@ -217,7 +217,7 @@ def test_streams_receive_ordinary_tensors_from_an_inference_mode_forward():
     tr = tiny_translator("llama")
     FeaturePolicy.seen = []
     session = alone(tr, SOURCES[0], Expost(slot=8), FeaturePolicy(2))
-    assert Engine.inference_mode and session.proposals and FeaturePolicy.seen
+    assert tr.runner.execution.inference_mode and session.proposals and FeaturePolicy.seen
     received = [p.logits for p in session.proposals] + FeaturePolicy.seen
     assert not any(t.is_inference() for t in received)
     scale = torch.ones((), requires_grad=True)

@@ -15,10 +15,10 @@ from simulmt.core import layer_split
 from simulmt.core.batch_cache import BatchKVCache
 from simulmt.core.engine import Engine
 from simulmt.core.learned_policy import Learned, PolicyHead
+from simulmt.core.packed_forward import PackedQueries, Wants
 from simulmt.core.runner import ModelRunner
-from simulmt.core.stream import Stream
 from simulmt.errors import SimulmtError
-from tiny_models import ALIBI_ARCHS, ARCHS, CORPUS, make_model
+from tiny_models import ALIBI_ARCHS, ARCHS, CORPUS, make_model, set_execution
 
 T = 7
 IDS = list(range(5, 5 + T))
@@ -38,6 +38,19 @@ def layer_output(runner: ModelRunner, layer: int, call) -> torch.Tensor:
     return kept["out"]
 
 
+class ReadOn:
+    """Decisions (packed_forward.py) that read on when ``stop`` says so, and want every row's logits."""
+
+    def __init__(self, stop):
+        self.stop = stop
+
+    def all_read_on(self, features):
+        return self.stop(features)
+
+    def head_rows(self, features):
+        return torch.ones(features.shape[0], dtype=torch.bool)
+
+
 def packed(runner: ModelRunner, features_layer: int | None = None, stop=None):
     """One row of ``T`` tokens through ``forward_packed``: (logits of every token, features, the cache)."""
     cache = BatchKVCache()
@@ -45,8 +58,9 @@ def packed(runner: ModelRunner, features_layer: int | None = None, stop=None):
     q = cache.prepare([0], [T], torch.zeros(T, dtype=torch.bool))
     visible = torch.tril(torch.ones(T, T, dtype=torch.bool))
     distances = (q[:, None] - torch.arange(T)[None]).clamp(min=0).float() if runner.alibi is not None else None
-    logits, feats = runner.forward_packed(torch.tensor(IDS), torch.arange(T), visible, q, torch.arange(T), cache,
-                                          True, distances=distances, features_layer=features_layer, stop=stop)
+    queries = PackedQueries(torch.tensor(IDS), torch.arange(T), visible, q, torch.arange(T), distances)
+    logits, feats, _ = runner.forward_packed(queries, cache, Wants(True, features_layer,
+                                                                   decisions=ReadOn(stop) if stop else None))
     return logits, feats, cache
 
 
@@ -131,9 +145,9 @@ def test_stopping_at_the_head_changes_nothing_written_alone_or_batched(arch, mon
     tr = tiny_interleaved_translator(arch)
     policy = Learned(0.5, head_on(tr, 0))
     sources = CORPUS[:6]
-    monkeypatch.setattr(Stream, "stop_at_head", False)
+    set_execution(monkeypatch, tr, stop_at_head=False)
     whole = [tr.translate(s, "interleaved", policy) for s in sources]
-    monkeypatch.setattr(Stream, "stop_at_head", True)
+    set_execution(monkeypatch, tr, stop_at_head=True)
     alone = [tr.translate(s, "interleaved", policy) for s in sources]
     batched = tr.translate_many(sources, "interleaved", policy, batch_size=6)
     written = [(t.prediction, t.delays) for t in whole]

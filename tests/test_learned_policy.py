@@ -23,7 +23,7 @@ from simulmt.errors import SimulmtError
 from simulmt.finetune.policy_head import collect, fit_head
 from simulmt.finetune.schedules import Schedule, read_n, wait_k
 from simulmt.translator import Translator
-from tiny_models import CORPUS, make_model, make_tokenizer
+from tiny_models import CORPUS, make_model, make_tokenizer, set_execution
 
 X, Y = len(SOURCE.split()), len(TARGET.split())
 
@@ -331,7 +331,7 @@ def test_decision_forwards_skip_the_lm_head_only_where_no_proposal_can_use_it(la
     from simulmt.core.stream import Stream
 
     tr = tiny_interleaved_translator("gemma3")
-    monkeypatch.setattr(Stream, "speculate", False)  # guesses ask for rows of their own (tests/test_speculation.py)
+    set_execution(monkeypatch, tr, speculate=False)  # guesses ask for rows of their own (tests/test_speculation.py)
     torch.manual_seed(1)
     head = PolicyHead(torch.randn(2, tr.model.config.hidden_size), torch.zeros(2))
     rows = []

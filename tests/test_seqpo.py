@@ -110,12 +110,12 @@ def test_an_empty_step_is_kept_as_an_end_token():
     forward = tr.runner.forward_packed
     opener_last = tr.fmt.target_opener[-1]
 
-    def always_wait(ids, positions, visible, q_index, last, cache, *args, **kwargs):
-        logits, hidden = forward(ids, positions, visible, q_index, last, cache, *args, **kwargs)
-        for row, query in enumerate(last.tolist()):
-            if int(ids[query]) == opener_last:
-                logits[row, tr.fmt.end_id] += 100.0
-        return logits, hidden
+    def always_wait(queries, *args, **kwargs):
+        answer = forward(queries, *args, **kwargs)
+        for row, query in enumerate(queries.last.tolist()):
+            if int(queries.ids[query]) == opener_last:
+                answer.logits[row, tr.fmt.end_id] += 100.0
+        return answer
 
     tr.runner.forward_packed = always_wait
     (group,) = sample_groups(tr, [(SOURCE, "x")], group=1, chunk=4)

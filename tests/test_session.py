@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import SOURCE, tiny_translator
+from tiny_models import set_execution
 from simulmt.errors import SimulmtError
 from simulmt.core.layouts import Expost
 from simulmt.core.policies import ReadN, WaitK
@@ -13,11 +14,9 @@ from simulmt.core.session import DecodeConfig
 
 
 def test_live_pushes_give_the_same_translation_as_a_whole_sentence(monkeypatch):
-    from simulmt.core.stream import Stream
-
     tr = tiny_translator("gemma3")
     ahead = tr.translate(SOURCE, "expost", WaitK(2), slot=4)
-    monkeypatch.setattr(Stream, "read_ahead", False)  # given whole, a read's source is at hand (stream.py)
+    set_execution(monkeypatch, tr, read_ahead=False)  # given whole, a read's source is at hand (stream.py)
     whole = tr.translate(SOURCE, "expost", WaitK(2), slot=4)
     monkeypatch.undo()
     session = tr.session("expost", WaitK(2), slot=4)

@@ -1,7 +1,7 @@
 """Guesses (stream.py, "Guesses") change the cost of streaming, never its output.
 
 After a READ the stream feeds, with the new source, the target token it guesses the model will write next (and, for
-a learned policy, the opener a WRITE would place). Every run here is made twice, with ``Stream.speculate`` on and
+a learned policy, the opener a WRITE would place). Every run here is made twice, with ``Execution.speculate`` on and
 off: predictions, delays, every proposal's context, token and logits must be the same; only forwards and tokens
 fed may differ, and they must add up (tokens fed = the same tokens + the guesses the layout did not place).
 """
@@ -17,7 +17,7 @@ from simulmt.core.layouts import Conversation, Expost, GroupPositions, Interleav
 from simulmt.core.learned_policy import Learned, PolicyHead
 from simulmt.core.policies import ReadN, Scheduled, WaitK, wait_k_delays
 from simulmt.core.stream import Stream
-from tiny_models import CORPUS
+from tiny_models import CORPUS, set_execution
 
 TOLERANCE = 1e-5  # float32, relative to the largest logit
 SOURCES = [line for line in CORPUS if line.split()][:4]
@@ -32,7 +32,7 @@ def head_for(tr, seed: int = 1) -> PolicyHead:
 
 
 def run(monkeypatch, tr, text, layout, policy, speculate: bool, **kwargs):
-    monkeypatch.setattr(Stream, "speculate", speculate)
+    set_execution(monkeypatch, tr, speculate=speculate)
     session = tr.session(layout, policy, record=True, **kwargs)
     session.run(text)
     return session
@@ -141,17 +141,19 @@ def test_an_alternative_the_layout_places_takes_the_guess_s_place(monkeypatch, a
     their attention windows (6 and 8 keys, shorter than these sentences): an alternative's window is the draft's."""
     from simulmt.core.batch_cache import BatchKVCache
 
-    monkeypatch.setattr(Stream, "read_ahead", False)  # (with the whole source at hand it would stand in for drafts)
     moves = []
     move = BatchKVCache.move
     monkeypatch.setattr(BatchKVCache, "move", lambda cache, row, a, b: (moves.append(a - b), move(cache, row, a, b)))
     tr, tri = tiny_translator(arch), tiny_interleaved_translator(arch)
+    for t in (tr, tri):  # (with the whole source at hand a read-ahead would stand in for drafts)
+        set_execution(monkeypatch, t, read_ahead=False)
     jobs = [(tr, layout, policy) for layout, policy in TEXT_MIX] + [
         (tri, Interleaved(), WaitK(1)), (tri, Interleaved(), Learned(0.5, head_for(tri))),
         (tri, Interleaved(), Learned(0.3, head_for(tri, 2)))]
     kept = {}
     for alternatives in (0, 2):
-        monkeypatch.setattr(Stream, "alternatives", alternatives)
+        for t in (tr, tri):
+            set_execution(monkeypatch, t, alternatives=alternatives)
         kept[alternatives] = 0
         for i, (t, layout, policy) in enumerate(jobs):
             for text in (SOURCES[i % len(SOURCES)], SOURCES[(i + 1) % len(SOURCES)]):
@@ -188,9 +190,9 @@ def test_a_learned_policy_that_reads_on_costs_no_lm_head(monkeypatch):
 def test_a_forward_shared_by_several_streams_feeds_no_alternatives(monkeypatch):
     """Alternatives' rows would cost every stream of a shared forward: the engine serves such a round without them
     (each stream is told what was served); the outputs are those of each stream alone with its alternatives."""
-    monkeypatch.setattr(Stream, "alternatives", 2)
-    monkeypatch.setattr(Stream, "read_ahead", False)  # (with the whole source at hand it would stand in for drafts)
     tr = tiny_interleaved_translator("gemma3")
+    # (with the whole source at hand a read-ahead would stand in for drafts)
+    set_execution(monkeypatch, tr, alternatives=2, read_ahead=False)
     jobs = [(SOURCES[i % len(SOURCES)], WaitK(1 + i % 2)) for i in range(4)]
     alone = [run(monkeypatch, tr, text, Interleaved(), policy, True) for text, policy in jobs]
     assert any(s.result().speculated > s.result().speculated_kept + 1 for s in alone)  # alternatives were fed
@@ -233,9 +235,9 @@ def test_a_read_whose_source_is_here_is_fed_with_the_last_target_token(monkeypat
     saved = 0
     for text in SOURCES[:3]:
         for k in (1, 2):
-            monkeypatch.setattr(Stream, "read_ahead", False)
+            set_execution(monkeypatch, tr, read_ahead=False)
             off = run(monkeypatch, tr, text, Interleaved(), WaitK(k), True)
-            monkeypatch.setattr(Stream, "read_ahead", True)
+            set_execution(monkeypatch, tr, read_ahead=True)
             on = run(monkeypatch, tr, text, Interleaved(), WaitK(k), True)
             a, b = off.result(), on.result()
             assert (b.prediction, b.delays) == (a.prediction, a.delays)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import replace
 
 import pytest
 
-from simulmt.core.stream import Stream
 import torch
 from transformers import WhisperConfig, WhisperFeatureExtractor
 from transformers.models.whisper.modeling_whisper import WhisperEncoder
@@ -124,11 +124,12 @@ def test_the_three_stages_and_the_trained_speech_model(corpus, parts, tmp_path):
     head0 = PolicyHead.load(tmp_path / "policy0" / "model")
     assert head0.layer == 0
     stopping = [speech.translate(audio, "interleaved", Learned(tau, head0)) for tau in (0.3, 0.5, 0.7)]
-    Stream.stop_at_head = False
+    runner = speech.translator.runner
+    runner.execution = replace(runner.execution, stop_at_head=False)
     try:
         whole = [speech.translate(audio, "interleaved", Learned(tau, head0)) for tau in (0.3, 0.5, 0.7)]
     finally:
-        Stream.stop_at_head = True
+        runner.execution = replace(runner.execution, stop_at_head=True)
     assert [(r.prediction, r.delays) for r in stopping] == [(r.prediction, r.delays) for r in whole]
     card = json.loads((final / SPEECH_FILE).read_text())
     assert card["block_ms"] == 320 and card["encoder"] == "tiny.en"

@@ -13,6 +13,7 @@ import torch
 from helpers import tiny_translator
 from simulmt.core.batch_cache import BatchKVCache
 from simulmt.core.engine import Engine, run_batched
+from simulmt.core.execution import Execution
 from simulmt.core.static_decoder import StaticDecoder, bucket
 from test_engine import SOURCES, alone, assert_same, jobs, pushed
 from tiny_models import TEST_DEVICE
@@ -268,14 +269,15 @@ def test_a_stable_store_made_in_inference_mode_serves_an_engine_without_it():
     not run in inference mode may write."""
     tr = tiny_translator("llama")
     before, tr.runner.static = tr.runner.static, StaticDecoder(tr.runner, graphs=TEST_DEVICE == "cuda")
+    execution = tr.runner.execution
     try:
         first = tr.translate(SOURCES[0], "expost", "wait-k", k=2)  # (the engine runs in inference mode)
         stream = tr.new_stream("expost", "wait-k", k=2)
         stream.push(SOURCES[0].split(), finished=True)
+        tr.runner.execution = Execution(inference_mode=False)
         engine = Engine(tr.runner)
-        engine.inference_mode = False
         served = tr.runner.static.served
         run_batched([stream], engine, batch_size=1)
         assert tr.runner.static.served > served and stream.result().prediction == first.prediction
     finally:
-        tr.runner.static = before
+        tr.runner.static, tr.runner.execution = before, execution

@@ -227,3 +227,11 @@ def make_model(
     model.to(TEST_DEVICE)  # the weights are drawn on the CPU, so a seed gives the same model on every device
     model.eval()
     return model
+
+
+def set_execution(monkeypatch, translator, **switches) -> None:
+    """For this test, ``translator``'s engines compute with these switches (simulmt.core.execution: each keeps the
+    output the same; a test compares on and off)."""
+    from dataclasses import replace
+
+    monkeypatch.setattr(translator.runner, "execution", replace(translator.runner.execution, **switches))

@@ -26,11 +26,9 @@ sharing each forward with the other rows (not the time it waited in a queue befo
 on the other rows: its positions, mask and cache row are its own, so its predictions, delays and logits equal
 those of the stream run alone (tests/test_engine.py, float32, logits within 1e-5).
 
-The model side is one call, ``ModelRunner.forward_packed(ids, positions, visible, q_index, last, cache,
-features, distances=, embedded=)`` over plain tensors (one query per batch row, see batch_cache.py), so another runtime
-(llama.cpp's batch API has explicit positions, sequence ids and position-range removal) can serve the same streams
-later. ``distances`` only for ALiBi models: each query's key distances by its own layout's rule (visibility.py).
-``embedded``: the embeddings that source tokens with negative ids carry (speech frames), in query order.
+The model side is one call, ``ModelRunner.forward_packed(queries, cache, wants)`` over plain named tensors (one
+query per batch row: packed_forward.py), so another runtime (llama.cpp's batch API has explicit positions, sequence
+ids and position-range removal) can serve the same streams later.
 """
 
 from __future__ import annotations
@@ -43,6 +41,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from simulmt.core.batch_cache import BatchKVCache
+from simulmt.core.packed_forward import PackedQueries, Wants
 from simulmt.core.prompt_cache import PromptCache, SharedPrompt, prompt_key
 from simulmt.errors import SimulmtError
 from simulmt.core.runner import ModelRunner
@@ -102,8 +101,6 @@ class EngineStats:
 
 
 class Engine:
-    inference_mode = True  # serve in torch.inference_mode (False: torch.no_grad; to measure what it saves)
-
     def __init__(self, runner: ModelRunner, share_prompts: bool = True, guess_rows: int | None = None):
         self.runner = runner
         self.guess_rows = guess_rows  # a shared forward of this many rows or more (without guesses) feeds none
@@ -122,8 +119,10 @@ class Engine:
             raise SimulmtError("a stream that was served by another engine cannot join this one")
         if stream.t0 is not None:  # the clock of a stream that waited in a queue starts when it joins
             stream.t0 = time.perf_counter()
+        execution = self.runner.execution  # how it computes: as every stream of this runner (execution.py)
         if self.runner.alibi:  # its key distances count cache slots: an alternative is not in its guess's slot
-            stream.alternatives = 0
+            execution = replace(execution, alternatives=0)
+        stream.execution = execution
         self.streams.append(stream)
         self._rows[id(stream)] = len(self.streams) - 1
         self.cache.add_row()
@@ -176,7 +175,7 @@ class Engine:
         """One packed forward: every new token of every request is a query row of its own (batch_cache.py). The
         cache's edits and the forward run in ``torch.inference_mode`` (no autograd bookkeeping: about 1 ms of a
         17 ms Gemma-3-270M decoder forward on a CPU; the same numbers); the streams receive ordinary tensors."""
-        with torch.inference_mode() if self.inference_mode else torch.no_grad():
+        with torch.inference_mode() if self.runner.execution.inference_mode else torch.no_grad():
             done = self._forward(requests)
         if done.logits is None:  # stopped at the policy head's layer: every stream reads on, its tokens come again
             self._stopped(done)
@@ -287,26 +286,21 @@ class Engine:
                                f"share an engine: run them in engines of their own")
         layer = next(iter(layers), None)  # the features are that layer's output (None: the last hidden state)
         first = torch.cumsum(torch.tensor([0] + answered[:-1]), 0).tolist()  # each request's first answer
-        stop = None
         # A READ may end the forward at the head's layer when every request decides there, and none computes the
         # prompt (it would be computed again; a prompt copied from the prompt cache is copied again)
-        if layer is not None and all(r.reads_on is not None and (r.keep > 0 or n > 0)
-                                     for (_, r), n in zip(requests, shared)):
-            def stop(hidden: torch.Tensor) -> bool:  # every stream reads on: nothing above the head's layer is needed
-                return all(r.reads_on(hidden[i]) for (_, r), i in zip(requests, first))
-        got = [r.logits for _, r in requests]  # which requests get logits (a ``logits_if`` may say no: no LM head)
+        may_stop = layer is not None and all(r.reads_on is not None and (r.keep > 0 or n > 0)
+                                             for (_, r), n in zip(requests, shared))
         conditional = any(r.logits and r.logits_if is not None for _, r in requests)
-
-        def head_rows(hidden: torch.Tensor) -> torch.Tensor:
-            got[:] = [r.logits and (r.logits_if is None or r.logits_if(hidden[i]))
-                      for (_, r), i in zip(requests, first)]
-            return torch.tensor([g for g, n in zip(got, answered) for _ in range(n)])
+        got = [r.logits for _, r in requests]  # which requests get logits (a ``logits_if`` may say no: no LM head)
+        decisions = _Decisions(requests, first, answered, may_stop) if conditional or may_stop else None
         embedded = [s.embedding_of(t.token_id) for (s, _), f in zip(requests, fed) for t in f if t.token_id < 0]
-        logits, hidden = self.runner.forward_packed(ids, positions, visible, q_index, last, self.cache, features,
-                                                    distances=distances,
-                                                    embedded=torch.stack(embedded) if embedded else None,
-                                                    head_rows=head_rows if conditional or not all(got) else None,
-                                                    features_layer=layer, stop=stop)
+        queries = PackedQueries(ids, positions, visible, q_index, last, distances,
+                                torch.stack(embedded) if embedded else None)
+        wants = Wants(features, layer, None if all(got) else torch.tensor([g for g, n in zip(got, answered)
+                                                                           for _ in range(n)]), decisions)
+        logits, hidden, head_rows = self.runner.forward_packed(queries, self.cache, wants)
+        if decisions is not None and head_rows is not None:
+            got = head_rows[torch.tensor(first)].tolist()
         pairs = visible.sum(dim=1).tolist()  # visible keys per query (FLOPs)
         return Served(requests, rows, shared, counts, pairs, answered, got, logits, hidden, to_store, layer)
 
@@ -355,6 +349,22 @@ class Engine:
             out[sel] = key_distances(rule, visible[sel][:, None], q_index[sel][:, None], q_target[sel][:, None],
                                      k_target[sel], k_valid[sel])[:, 0]
         return out
+
+
+class _Decisions:
+    """The requests' policy rules, asked by the forward on the features of each request's first answer
+    (packed_forward.py)."""
+
+    def __init__(self, requests, first: list[int], answered: list[int], may_stop: bool):
+        self.requests, self.first, self.answered, self.may_stop = requests, first, answered, may_stop
+
+    def all_read_on(self, features: torch.Tensor) -> bool:
+        return self.may_stop and all(r.reads_on(features[i]) for (_, r), i in zip(self.requests, self.first))
+
+    def head_rows(self, features: torch.Tensor) -> torch.Tensor:
+        got = [r.logits and (r.logits_if is None or r.logits_if(features[i]))
+               for (_, r), i in zip(self.requests, self.first)]
+        return torch.tensor([g for g, n in zip(got, self.answered) for _ in range(n)], dtype=torch.bool)
 
 
 def run_ordered(streams: Iterable[Stream], engine: Engine, batch_size: int) -> Iterator[Stream]:

@@ -7,10 +7,10 @@ too: after a READ, the target token the model wanted to write before it (or its 
 when it ended its segment); with a learned policy, whose hidden state after a read is fed in a forward of its own,
 also the opener a WRITE would place. A guess the layout then places is in the cache already and its answer is at
 hand (no forward); a wrong one is dropped from the cache row at the next forward (not a crop of the layout's
-list). The output is exactly the same either way (``Stream.speculate = False``: tests/test_speculation.py).
+list). The output is exactly the same either way (``Execution.speculate``: tests/test_speculation.py).
 
 
-Read-ahead (``Stream.read_ahead``): when the source a READ would read is here already (text given whole, or words
+Read-ahead (``Execution.read_ahead``): when the source a READ would read is here already (text given whole, or words
 that came in the speech block of the last word read), the READ need not wait for the next proposal to be fed. The
 forward of a word's token then also feeds, as a guess, what the layout would place if the word ended there and a
 policy that decides on counts (wait-k, read-n) read until it writes: the READ's closing token, the units, the next
@@ -20,7 +20,7 @@ target token, 0.81x the time, the same output (a learned policy, which decides o
 gets none).
 
 
-The draft is the model's first choice before the read; its next choices (``Stream.alternatives`` of them, none by
+The draft is the model's first choice before the read; its next choices (``Execution.alternatives`` of them, none by
 default) can be fed in the same forward as alternatives: each at the draft's place (same position id), seeing what
 the draft sees but not the draft nor each other (the engine's mask), so each one's answer is what it would be in the
 draft's place. When the layout places one of them, the stream asks the next forward to move its keys and values into
@@ -132,11 +132,11 @@ class Guesses:
         first = () if self.held is None or self._is_end(self.held) else (self.held,)
         if self._scores is None and self._chosen_from is None:
             return first
-        if first and not self.alternatives:  # (the default: no pass over the vocabulary)
+        if first and not self.execution.alternatives:  # (the default: no pass over the vocabulary)
             return first
         if self._scores is None:  # the proposal was the engine's best token: its best that is not a stop
             logits, best, rules = self._chosen_from
-            if not self.alternatives:
+            if not self.execution.alternatives:
                 token = self._best_allowed(best, replace(rules, stops=True))
                 if token is not None or best[1] < 0:
                     return () if token is None else (token,)
@@ -144,6 +144,6 @@ class Guesses:
         scores = self._scores[: len(self.vocabulary.stops)] + self.vocabulary.bias("stops", self._scores.device)
         if first:
             scores[first[0]] = float("-inf")
-        best = torch.topk(scores, 1 + self.alternatives - len(first))
+        best = torch.topk(scores, 1 + self.execution.alternatives - len(first))
         return (first + tuple(int(t) for t, v in zip(best.indices, best.values) if v > float("-inf")))[
-            : 1 + self.alternatives]
+            : 1 + self.execution.alternatives]

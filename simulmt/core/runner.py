@@ -11,7 +11,6 @@ The KV cache is a ``transformers.DynamicCache`` made without a config, so slidin
 from __future__ import annotations
 
 import inspect
-import os
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +18,8 @@ import torch
 from simulmt.errors import SimulmtError
 from simulmt.core import layer_split
 from simulmt.core.alibi import Alibi, adopt_alibi
+from simulmt.core.execution import Execution
+from simulmt.core.packed_forward import PackedAnswer, PackedQueries, Wants
 from simulmt.core.packed_linear import PackedLinear, packed_weight_count
 from simulmt.core.static_decoder import StaticDecoder
 from simulmt.core.visibility import Distance, additive, key_distances, sliding
@@ -108,10 +109,11 @@ def render_row_masks(visible: torch.Tensor, q_index: torch.Tensor, attention_typ
 
 
 class ModelRunner:
-    def __init__(self, model, cuda_graphs: bool = True):
-        """``cuda_graphs``: on a GPU, run the engine's forwards as replayed CUDA graphs (static_decoder.py; the
-        environment variable ``SIMULMT_CUDA_GRAPHS=0`` turns them off too). Elsewhere it changes nothing."""
+    def __init__(self, model, execution: Execution = Execution()):
+        """``execution``: how engines on this runner compute (execution.py); with ``cuda_graphs`` on a GPU, the
+        engine's forwards run as replayed CUDA graphs (static_decoder.py). Elsewhere that changes nothing."""
         self.model = model
+        self.execution = execution
         config = _text_config(model)
         self.max_positions = getattr(config, "max_position_embeddings", None)
         self.attention_types, self.window = attention_spec(model)
@@ -125,7 +127,7 @@ class ModelRunner:
         self.softcap = getattr(config, "final_logit_softcapping", None)
         self.model_cache_arg, self.decoder_cache_arg = cache_argument(model), cache_argument(self.decoder)
         self._check_head()
-        graphs = cuda_graphs and os.environ.get("SIMULMT_CUDA_GRAPHS", "1") != "0" and self.device.type == "cuda"
+        graphs = execution.cuda_graphs and self.device.type == "cuda"
         self.static: StaticDecoder | None = StaticDecoder(self) if graphs else None  # engines then keep stable caches
 
     @torch.no_grad()
@@ -239,56 +241,50 @@ class ModelRunner:
         return layer_split.decoder_layers(self.decoder)
 
     @torch.no_grad()
-    def forward_packed(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor,
-                       q_index: torch.Tensor, last: torch.Tensor, cache, features: bool = False,
-                       distances: torch.Tensor | None = None, embedded: torch.Tensor | None = None,
-                       head_rows=None, features_layer: int | None = None, stop=None
-                       ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """One forward for many streams (the batched engine), packed: ``ids``/``positions``/``q_index`` (N,), one
-        query per batch row; ``visible`` (N, K); ``cache`` a ``BatchKVCache`` prepared for these queries;
-        ``distances`` (N, K) for ALiBi models. Returns the logits (float32) of the queries ``last`` (R,), only of
-        those where the boolean ``head_rows`` (R,) is true when it is given (or a function of the (R, hidden) features
-        that returns it: which rows need the head can depend on them), and, when ``features``, the features of all R:
-        their last hidden states, or with ``features_layer`` the output of that decoder layer (what a policy head on
-        that layer reads). ``stop``: a function of those features; when it says so, the forward ends at
-        ``features_layer`` (layer_split.py): the logits are then None, and the cache holds the fed tokens' keys and
-        values for the layers up to it only (the caller crops them and feeds them again). ``embedded``: rows for the
-        ids < 0 (``embed``). Both are ordinary tensors even when the caller runs in inference mode (the engine does):
-        the LM head runs with it off. With ``static`` (on a GPU) the decoder runs as a replayed CUDA graph when the
-        forward allows it (static_decoder.py)."""
+    def forward_packed(self, queries: PackedQueries, cache, wants: Wants = Wants()) -> PackedAnswer:
+        """One forward for many streams (the batched engine), packed (packed_forward.py): ``cache`` a
+        ``BatchKVCache`` prepared for these queries. Returns the logits (float32) of the queries ``queries.last``,
+        of those ``wants.head_rows`` or ``wants.decisions`` leave in, and, when ``wants.features``, the features of
+        every answered query: their last hidden states, or with ``wants.features_layer`` the output of that decoder
+        layer (what a policy head on that layer reads). With a layer and ``decisions``, when every stream reads on
+        the forward ends at that layer (layer_split.py): the logits are then None, and the cache holds the fed
+        tokens' keys and values for the layers up to it only (the caller crops them and feeds them again). The
+        tensors returned are ordinary even when the caller runs in inference mode (the engine does): the LM head
+        runs with it off. With ``static`` (on a GPU) the decoder runs as a replayed CUDA graph when the forward
+        allows it (static_decoder.py)."""
+        q, layer, decisions = queries, wants.features_layer, wants.decisions
         hidden = feats = None
-        if features_layer is None and self.static is not None and self.static.serves(cache, len(ids)):
-            hidden = self.static(ids, positions, visible, q_index, last, cache, embedded, distances)  # (R, hidden)
+        if layer is None and self.static is not None and self.static.serves(cache, len(q.ids)):
+            hidden = self.static(q, cache)  # (R, hidden)
         if hidden is None:
-            tokens = ({"inputs_embeds": self.embed(ids[:, None], embedded)} if embedded is not None
-                      else {"input_ids": ids[:, None].to(self.device)})
-            masks = self.row_masks(visible, q_index, distances)
+            tokens = ({"inputs_embeds": self.embed(q.ids[:, None], q.embedded)} if q.embedded is not None
+                      else {"input_ids": q.ids[:, None].to(self.device)})
+            masks = self.row_masks(q.visible, q.q_index, q.distances)
 
             def call():
-                return self.decoder(**tokens, position_ids=positions[:, None].to(self.device), attention_mask=masks,
+                return self.decoder(**tokens, position_ids=q.positions[:, None].to(self.device), attention_mask=masks,
                                     use_cache=True, **{self.decoder_cache_arg: cache})
-            rows = last.to(self.device)
-            if features_layer is not None:
-                part = layer_split.run_to(self.layers, features_layer, call)
+            rows = q.last.to(self.device)
+            if layer is not None:
+                part = layer_split.run_to(self.layers, layer, call)
                 with torch.inference_mode(False), torch.no_grad():
                     feats = part.hidden[:, 0].index_select(0, rows).float()  # (R, hidden), an ordinary tensor
-                if stop is not None and stop(feats):
-                    return None, feats
+                if decisions is not None and decisions.all_read_on(feats):
+                    return PackedAnswer(None, feats, None)
                 out = layer_split.run_from(self.layers, part, call)
             else:
                 out = call()
             hidden = out.last_hidden_state[:, 0].index_select(0, rows)  # (R, hidden), contiguous
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors out, whatever mode the caller is in
             hidden = hidden.clone()  # (R rows of hidden size; the logits, R rows of the vocabulary, need no copy)
-            if feats is None and (features or callable(head_rows)):
+            if feats is None and (wants.features or decisions is not None):
                 feats = hidden.float()
-            if callable(head_rows):
-                head_rows = head_rows(feats)
+            head_rows = decisions.head_rows(feats) if decisions is not None else wants.head_rows
             heads = hidden if head_rows is None else hidden.index_select(0, head_rows.nonzero()[:, 0].to(self.device))
             logits = self.head(heads)
             if self.softcap:
                 logits = torch.tanh(logits / self.softcap) * self.softcap
-            return logits.float(), feats if features else None
+            return PackedAnswer(logits.float(), feats if wants.features else None, head_rows)
 
 
 class ContextOverflowError(SimulmtError):

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from simulmt.core.batch_cache import BatchKVCache
+from simulmt.core.packed_forward import PackedQueries
 
 KEPT_STORES = 4  # stores whose graphs are kept (see _buckets)
 
@@ -93,13 +94,14 @@ class StaticDecoder:
         return (self.failed is None and isinstance(cache, BatchKVCache) and cache.stable and cache.layers_ready
                 and rows <= self.max_rows)
 
-    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, q_index: torch.Tensor,
-                 last: torch.Tensor, cache: BatchKVCache, embedded: torch.Tensor | None = None,
-                 distances: torch.Tensor | None = None) -> torch.Tensor | None:
-        """The packed forward of ``runner.forward_packed`` (same arguments) -> (R, hidden) last hidden states of the
+    def __call__(self, queries: PackedQueries, cache: BatchKVCache) -> torch.Tensor | None:
+        """The packed forward of ``runner.forward_packed`` (packed_forward.py) -> (R, hidden) last hidden states of the
         queries ``last``, a fresh tensor; None if its graph could not be recorded (the model does something a graph
         cannot hold: ``failed`` says what, and the runner runs every forward as it is from then on). One forward at
         a time (engines on several threads share the buffers and the graphs' memory)."""
+        ids, positions, visible, q_index, last = queries.ids, queries.positions, queries.visible, queries.q_index, \
+            queries.last
+        embedded, distances = queries.embedded, queries.distances
         n = visible.shape[0]
         rows, keys = bucket(n), cache.capacity
         with self._lock:

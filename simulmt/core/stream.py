@@ -29,7 +29,7 @@ Stops (a learned policy whose head reads an inner layer, ``PolicyHead.layer``): 
 read asks at that layer; when the policy reads on, the forward stops there (no layer above, no LM head) and the
 cache row keeps only what it held before: the tokens come again, whole, with the next request (``receive(...,
 stopped=True)``; rows cost little, layers a lot). A forward that computes the prompt does not stop. The output is the
-same either way (``Stream.stop_at_head = False``: tests/test_layer_split.py).
+same either way (``Execution.stop_at_head``: tests/test_layer_split.py).
 
 Guesses, read-ahead and alternatives (the stream's speculation): guesses.py; the source side (words and speech units
 arriving): stream_source.py; a proposal under the decoding rules: proposals.py (the rules' bounds and the
@@ -44,6 +44,7 @@ from dataclasses import replace
 import torch
 
 from simulmt.errors import SimulmtError
+from simulmt.core.execution import Execution
 from simulmt.core.decoding import DecodeConfig, Rules, Vocabulary, repeated_ngram_bans  # noqa: F401 (names of
 # the stream's API: simulmt.core.stream has always exported them)
 from simulmt.core.guesses import Guesses
@@ -60,11 +61,6 @@ from simulmt.core.translation import Proposal, Translation, WrittenWord
 
 
 class Stream(Source, Proposals, Guesses):
-    speculate = True  # feed guesses of what the layout places next (the output is the same; False: to measure them)
-    alternatives = 0  # the model's next choices fed beside the draft (opt-in: 2 saves forwards for one live stream;
-    # a forward shared by several streams feeds none, nor does one of an ALiBi model; docs/speech-cascade.md)
-    stop_at_head = True  # a policy head on an inner layer: a READ stops the forward there (False: to measure it)
-    read_ahead = True  # mid-word, feed what a READ would place when its source is here already (``_reading_guess``)
     logprobs = False  # keep each target token's log-probability in ``target_logprobs`` (a pass over the vocabulary
     # per token: for sequence-level training, not translation)
 
@@ -81,6 +77,7 @@ class Stream(Source, Proposals, Guesses):
         self.record = record
         self.model_name = model_name
         self.max_positions = max_positions
+        self.execution = Execution()  # how it computes (execution.py): the engine's, once it joins one
         self.wants_features = bool(getattr(policy, "wants_features", False))
         head = getattr(policy, "head", None)  # a policy head on an inner layer: its decisions may stop a forward there
         self.features_layer: int | None = getattr(head, "layer", None) if self.wants_features else None
@@ -260,14 +257,14 @@ class Stream(Source, Proposals, Guesses):
                 f"the stream needs position id {max(t.position for t in new)}, beyond the model's context of "
                 f"{self.max_positions} positions; split the input into shorter lines (or use a smaller slot / phi)")
         guesses: tuple[PlacedToken, ...] = ()
-        if draft and self.speculate and self.drafts and not self.current and target[-1].role.target_side:
+        if draft and self.execution.speculate and self.drafts and not self.current and target[-1].role.target_side:
             guesses = tuple(self.layout.placed_write(self.state, t, len(self.written)) for t in self.drafts)
             if self.max_positions is not None and guesses[0].position >= self.max_positions:
                 guesses = ()
         if draft:
             self.drafts = ()  # one guess per READ
         alternatives = max(0, len(guesses) - 1)
-        if draft and self.speculate and self.read_ahead and self.current and not guesses:
+        if draft and self.execution.speculate and self.execution.read_ahead and self.current and not guesses:
             guesses, alternatives = self._reading_guess(), 0
         self.pending = ForwardRequest(keep, new + guesses, speculative=len(guesses) - alternatives,
                                       alternatives=alternatives, move=self.move)
@@ -283,7 +280,7 @@ class Stream(Source, Proposals, Guesses):
         if self.features is not None:
             return True
         if self._logits() is None and not self.state.opened:
-            guesses, alternatives = self._opening_guess() if self.speculate else ((), ())
+            guesses, alternatives = self._opening_guess() if self.execution.speculate else ((), ())
             state = self.stream_state()
 
             def writes(hidden: torch.Tensor) -> bool:  # asked by the engine, inside a forward shared with others
@@ -295,7 +292,7 @@ class Stream(Source, Proposals, Guesses):
                                    speculative=len(guesses), alternatives=len(alternatives), logits=bool(guesses),
                                    logits_if=writes if guesses else None,
                                    decides=True, reads_on=(lambda hidden: not writes(hidden))
-                                   if self.features_layer is not None and self.stop_at_head else None)
+                                   if self.features_layer is not None and self.execution.stop_at_head else None)
         return self.pending is None
 
 

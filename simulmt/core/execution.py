@@ -1,0 +1,29 @@
+"""How the engine and its streams compute: switches that never change what is written.
+
+Every switch here leaves the output the same (predictions, delays, logits: the tests named at each compare on and
+off); they change how many forwards, rows and layers the same output costs. Their off values exist to measure what
+each saves (benchmarks/) and to test that it saves nothing else. One value per model runner: the runner carries it
+(``ModelRunner(model, Execution(...))``, ``Translator(..., execution=)``), every engine on that runner serves with
+it, and a stream takes it when it joins an engine (a stream's own output never depends on it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Execution:
+    speculate: bool = True  # feed guesses of what the layout places next (guesses.py; tests/test_speculation.py)
+    alternatives: int = 0  # the model's next choices fed beside the guess (opt-in: 2 saves forwards for one live
+    # stream; a forward shared by several streams feeds none, nor does an ALiBi model's: docs/speech-cascade.md)
+    read_ahead: bool = True  # mid-word, feed what a READ would place when its source is here already (guesses.py)
+    stop_at_head: bool = True  # a policy head on an inner layer: a READ stops the forward there (layer_split.py;
+    # tests/test_layer_split.py)
+    inference_mode: bool = True  # serve in torch.inference_mode (False: torch.no_grad; engine.py)
+    cuda_graphs: bool = True  # on a GPU, run forwards as replayed CUDA graphs (static_decoder.py); read when the
+    # runner is made
+
+    def __post_init__(self):
+        if self.alternatives < 0:
+            raise ValueError(f"alternatives must be 0 or more, got {self.alternatives}")
