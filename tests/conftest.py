@@ -14,6 +14,29 @@ if SIMULEVAL_DIR.is_dir() and str(SIMULEVAL_DIR) not in sys.path:
     sys.path.append(str(SIMULEVAL_DIR))
 
 
+# The project's data folder (../shared/data beside the repository): tests marked ``data`` read it. A clone without it
+# leaves them out of the run (deselected, and said at the end), rather than skipping them one by one.
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def pytest_collection_modifyitems(config, items):
+    if SHARED_DATA.is_dir():
+        return
+    kept, left = [], []
+    for item in items:
+        (left if item.get_closest_marker("data") else kept).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+        config._simulmt_left_out = len(left)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    left = getattr(config, "_simulmt_left_out", 0)
+    if left:
+        terminalreporter.write_line(f"{left} test{'s' if left != 1 else ''} marked `data` left out: no {SHARED_DATA} beside this clone")
+
+
 def without_simuleval(reason: str) -> None:
     """Skip a test that needs SimulEval, where it is missing; in CI (``CI`` set) fail instead: there setup.sh has
     installed it, and a test that can only skip in CI is a defect."""

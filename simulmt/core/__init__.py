@@ -24,11 +24,15 @@ Read it bottom up, each file one concept:
 * ``sentence_ends``, ``talk``: where a sentence ends; a whole talk as one stream on one cache row, its sentences in
   turn, the last pairs as context;
 * ``alibi``: ALiBi models (Bloom, Falcon-RW), their bias carried by the masks;
-* ``batch_cache``, ``runner``, ``engine``: many streams served by one model, one packed forward per round
-  (``layer_split``, ``static_decoder``: a forward stopped at a layer; static shapes for CUDA graphs);
+* ``execution``: the switches of how the engine computes (never what it writes), one value per runner;
+* ``batch_cache``, ``packed_forward``, ``runner``, ``engine``: many streams served by one model, one packed
+  forward per round, asked and answered as named tensors (``layer_split``, ``static_decoder``: a forward stopped
+  at a layer; static shapes for CUDA graphs);
 * ``prompt_cache``: a prompt's keys and values computed once and copied into every new stream that starts with it;
 * ``packed_linear``: linear weights in float16 prepacked for fbgemm (CPU), a model-side option of the runner;
 * ``fused_layers``: RMSNorms as one operation and gated MLPs as one product, for a model that only runs;
+* ``model_patches``: the list of every change simulmt makes to a model (alibi, layer_split, fused, packed) and
+  what undoes each;
 * ``session``: one stream, or one talk, with an engine of its own (the live API).
 
 Nothing here imports from the tools above it (translator, CLI, evaluation, benchmarks, fine-tuning, agent).

@@ -81,8 +81,8 @@ def _adopt_falcon(falcon) -> Alibi:
         return output
 
     falcon._simulmt_identity_rotary = False
-    falcon.register_forward_pre_hook(before_forward, with_kwargs=True)
-    falcon.rotary_emb.register_forward_hook(identity_rotary)
+    falcon._simulmt_hooks = (falcon.register_forward_pre_hook(before_forward, with_kwargs=True),
+                             falcon.rotary_emb.register_forward_hook(identity_rotary))
     head_dim = falcon.config.hidden_size // falcon.config.num_attention_heads
     slopes = alibi_slopes(falcon.config.num_attention_heads).bfloat16().float()
     return Alibi(slopes / math.sqrt(head_dim))
@@ -107,3 +107,22 @@ def adopt_alibi(model) -> Alibi | None:
             raise SimulmtError(f"{type(model).__name__}: MPT's ALiBi is not supported by simulmt's masks yet "
                                f"(Bloom and Falcon-RW are)")
     return None
+
+
+def adopted_alibi(model) -> bool:
+    return any(getattr(m, "_simulmt_alibi", None) is not None for m in model.modules())
+
+
+def undo_alibi(model) -> None:
+    """The model's own ALiBi for every call again (``adopt_alibi`` undone)."""
+    for module in model.modules():
+        if getattr(module, "_simulmt_alibi", None) is None:
+            continue
+        if "build_alibi_tensor" in module.__dict__:  # Bloom: the instance's override goes, the class's stays
+            del module.build_alibi_tensor
+        for hook in getattr(module, "_simulmt_hooks", ()):  # Falcon
+            hook.remove()
+        if hasattr(module, "_simulmt_hooks"):
+            module.use_alibi = bool(module.config.alibi)
+            del module._simulmt_hooks, module._simulmt_identity_rotary
+        del module._simulmt_alibi

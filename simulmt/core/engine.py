@@ -45,6 +45,7 @@ from simulmt.core.packed_forward import PackedQueries, Wants
 from simulmt.core.prompt_cache import PromptCache, SharedPrompt, prompt_key
 from simulmt.errors import SimulmtError
 from simulmt.core.runner import ModelRunner
+from simulmt.core.requests import RequestDecisions
 from simulmt.core.stream import ForwardRequest, Status, Stream, WrittenWord
 from simulmt.core.visibility import key_distances, visible_rows
 
@@ -292,7 +293,7 @@ class Engine:
                                              for (_, r), n in zip(requests, shared))
         conditional = any(r.logits and r.logits_if is not None for _, r in requests)
         got = [r.logits for _, r in requests]  # which requests get logits (a ``logits_if`` may say no: no LM head)
-        decisions = _Decisions(requests, first, answered, may_stop) if conditional or may_stop else None
+        decisions = RequestDecisions(requests, first, answered, may_stop) if conditional or may_stop else None
         embedded = [s.embedding_of(t.token_id) for (s, _), f in zip(requests, fed) for t in f if t.token_id < 0]
         queries = PackedQueries(ids, positions, visible, q_index, last, distances,
                                 torch.stack(embedded) if embedded else None)
@@ -349,22 +350,6 @@ class Engine:
             out[sel] = key_distances(rule, visible[sel][:, None], q_index[sel][:, None], q_target[sel][:, None],
                                      k_target[sel], k_valid[sel])[:, 0]
         return out
-
-
-class _Decisions:
-    """The requests' policy rules, asked by the forward on the features of each request's first answer
-    (packed_forward.py)."""
-
-    def __init__(self, requests, first: list[int], answered: list[int], may_stop: bool):
-        self.requests, self.first, self.answered, self.may_stop = requests, first, answered, may_stop
-
-    def all_read_on(self, features: torch.Tensor) -> bool:
-        return self.may_stop and all(r.reads_on(features[i]) for (_, r), i in zip(self.requests, self.first))
-
-    def head_rows(self, features: torch.Tensor) -> torch.Tensor:
-        got = [r.logits and (r.logits_if is None or r.logits_if(features[i]))
-               for (_, r), i in zip(self.requests, self.first)]
-        return torch.tensor([g for g, n in zip(got, self.answered) for _ in range(n)], dtype=torch.bool)
 
 
 def run_ordered(streams: Iterable[Stream], engine: Engine, batch_size: int) -> Iterator[Stream]:

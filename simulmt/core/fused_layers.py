@@ -141,8 +141,43 @@ def fuse_for_inference(model: nn.Module) -> dict[str, int]:
             continue
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name), child, fused)
+        fused.__dict__["_replaced"] = module  # (not a submodule: for ``unfuse``)
+        if kind == "mlps":  # their weights live on in the stacked product (``unfuse`` splits them again)
+            module.gate_proj = module.up_proj = None
         counts[kind] += 1
     return counts
+
+
+def unfuse(model: nn.Module) -> int:
+    """Put back every module ``fuse_for_inference`` replaced; returns how many. A norm comes back as it was; a
+    gated MLP gets its gate and up projections back from the stacked product (the same weights, packed again where
+    they were packed)."""
+    count = 0
+    for name, module in list(model.named_modules()):
+        original = module.__dict__.get("_replaced")
+        if original is None:
+            continue
+        if isinstance(module, FusedGatedMLP):
+            original.gate_proj, original.up_proj = _split(module.gate_up, module.intermediate)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, original)
+        count += 1
+    return count
+
+
+def _split(gate_up: nn.Module, rows: int) -> tuple[nn.Module, nn.Module]:
+    """``_stacked`` undone: the gate and up layers, each of the stacked layer's kind."""
+    weight, bias = _weight_and_bias(gate_up)
+    parts = []
+    for part in (slice(0, rows), slice(rows, None)):
+        w = weight[part]
+        linear = nn.Linear(w.shape[1], w.shape[0], bias=bias is not None, device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            linear.weight.copy_(w)
+            if bias is not None:
+                linear.bias.copy_(bias[part])
+        parts.append(PackedLinear(linear) if isinstance(gate_up, PackedLinear) else linear.requires_grad_(False))
+    return parts[0], parts[1]
 
 
 def is_fused(model: nn.Module) -> bool:

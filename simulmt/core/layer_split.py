@@ -65,6 +65,22 @@ def install(layers: torch.nn.ModuleList) -> None:
             layer.forward = types.MethodType(forward, layer)  # (a deep copy of the model binds it to the copy)
 
 
+def installed(model) -> bool:
+    return any(_is_ours(m) for m in model.modules())
+
+
+def uninstall(model) -> None:
+    """Every layer's own class forward again (``install`` undone)."""
+    for module in model.modules():
+        if _is_ours(module):
+            del module.forward
+
+
+def _is_ours(module) -> bool:
+    bound = module.__dict__.get("forward")
+    return isinstance(bound, types.MethodType) and bound.__func__ is forward
+
+
 @dataclass
 class Stopped:
     """Part one's result: the output of layer ``layer`` (raw residual stream, before any final norm), (B, T, hidden)."""

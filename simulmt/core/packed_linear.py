@@ -95,6 +95,22 @@ def pack_linears(model: nn.Module) -> int:
     return len(targets)
 
 
+def unpack_linears(model: nn.Module) -> int:
+    """Every ``PackedLinear`` of ``model`` back to an ``nn.Linear`` (float32, with the float16-rounded weights it
+    computed with: load the model again for its original weights). Returns how many."""
+    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, PackedLinear)]
+    for name, packed in targets:
+        weight, bias = packed.unpacked()
+        linear = nn.Linear(packed.in_features, packed.out_features, bias=bias is not None)
+        with torch.no_grad():
+            linear.weight.copy_(weight)
+            if bias is not None:
+                linear.bias.copy_(bias)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, linear)
+    return len(targets)
+
+
 def has_adapter_layers(model: nn.Module) -> bool:
     """Does ``model`` hold PEFT adapter layers (an adapter not merged into its weights)?"""
     return any(type(m).__module__.startswith("peft.") for m in model.modules())

@@ -51,3 +51,19 @@ class Step:
     words: list[WrittenWord]  # written since the last step
     status: Status
     request: ForwardRequest | None = None
+
+
+class RequestDecisions:
+    """The ``logits_if`` / ``reads_on`` rules of a forward's requests, asked by the forward on the features of each
+    request's first answer (packed_forward.py's ``Decisions``); ``requests``: (stream, request) in row order."""
+
+    def __init__(self, requests, first: list[int], answered: list[int], may_stop: bool):
+        self.requests, self.first, self.answered, self.may_stop = requests, first, answered, may_stop
+
+    def all_read_on(self, features: torch.Tensor) -> bool:
+        return self.may_stop and all(r.reads_on(features[i]) for (_, r), i in zip(self.requests, self.first))
+
+    def head_rows(self, features: torch.Tensor) -> torch.Tensor:
+        got = [r.logits and (r.logits_if is None or r.logits_if(features[i]))
+               for (_, r), i in zip(self.requests, self.first)]
+        return torch.tensor([g for g, n in zip(got, self.answered) for _ in range(n)], dtype=torch.bool)

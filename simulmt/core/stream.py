@@ -33,7 +33,8 @@ same either way (``Execution.stop_at_head``: tests/test_layer_split.py).
 
 Guesses, read-ahead and alternatives (the stream's speculation): guesses.py; the source side (words and speech units
 arriving): stream_source.py; a proposal under the decoding rules: proposals.py (the rules' bounds and the
-vocabulary's tables: decoding.py); the requests to the engine: requests.py; the result: translation.py.
+vocabulary's tables: decoding.py); the requests to the engine: requests.py, and what a served forward leaves:
+stream_answers.py; the result: translation.py.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from simulmt.core.execution import Execution
 from simulmt.core.decoding import DecodeConfig, Rules, Vocabulary, repeated_ngram_bans  # noqa: F401 (names of
 # the stream's API: simulmt.core.stream has always exported them)
 from simulmt.core.guesses import Guesses
+from simulmt.core.stream_answers import Answers
 from simulmt.core.proposals import Proposals
 from simulmt.core.stream_source import Source
 from simulmt.core.layouts.base import Layout
@@ -60,7 +62,7 @@ from simulmt.core.samplers import Forced, Greedy, Sampler
 from simulmt.core.translation import Proposal, Translation, WrittenWord
 
 
-class Stream(Source, Proposals, Guesses):
+class Stream(Source, Proposals, Guesses, Answers):
     logprobs = False  # keep each target token's log-probability in ``target_logprobs`` (a pass over the vocabulary
     # per token: for sequence-level training, not translation)
 
@@ -137,33 +139,6 @@ class Stream(Source, Proposals, Guesses):
         self.header_words = 0  # target words written after a new slot or turn header (the rate's denominator)
         self._header_seen, self._header_scan = False, 0
         self.t0: float | None = None
-
-    @property
-    def features(self) -> torch.Tensor | None:
-        """The last hidden state of the layout's last placed token, if the last forward returned it."""
-        output = self._output()
-        if output is not None:
-            return output[1]
-        if self.stopped_at is not None:  # the decision's features, if the layout's list is still what was fed
-            keep, tokens, hidden = self.stopped_at
-            placed = self.state.tokens
-            if len(placed) == keep + len(tokens) and tuple(placed[keep:]) == tokens and placed[:keep] == self.fed:
-                return hidden
-        return None
-
-    def _output(self, kept: int | None = None) -> Answer | None:
-        """The model's answer (logits, hidden state) at the layout's last placed token, if the cache row holds the
-        layout's whole list (and perhaps a guess after it) and the last forward answered there. ``kept``: the
-        common prefix length of the two lists, when the caller has it."""
-        n = len(self.state.tokens)
-        if n not in self.outputs:
-            return None
-        if (common_prefix_length(self.fed, self.state.tokens) if kept is None else kept) != n:
-            return None
-        if n in self.guessed_answers:  # without the guess, a forward would have been needed for this answer
-            self.guessed_answers.discard(n)
-            self.answers_from_guesses += 1
-        return self.outputs[n]
 
     # ---- the loop --------------------------------------------------------------------------------------------
     def step(self) -> Step:
@@ -294,56 +269,6 @@ class Stream(Source, Proposals, Guesses):
                                    decides=True, reads_on=(lambda hidden: not writes(hidden))
                                    if self.features_layer is not None and self.execution.stop_at_head else None)
         return self.pending is None
-
-
-    def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None,
-                served: ForwardRequest | None = None, stopped: bool = False,
-                best: list[tuple[int, int]] | None = None) -> None:
-        """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
-        if any were fed). ``logits`` (1 + speculative + alternatives, vocab), None when the request asked for none
-        (or its ``logits_if`` said no); ``features`` (the same rows, hidden): the last hidden states, when the policy
-        wants them. ``served``: the request as the engine served it, if not as posted (a forward shared by several
-        streams leaves the alternatives out). ``stopped``: the forward stopped at the policy head's layer (the
-        request's ``reads_on`` said so): the cache row holds the first ``keep`` tokens only, and ``features`` has the
-        decision's row; the tokens are fed again, whole, with the next request. ``best``: per row of ``logits``,
-        ``Vocabulary.best`` of it, when the engine computed them (for all rows of the forward at once)."""
-        request, self.pending = self.pending, None
-        if request is None:
-            raise SimulmtError("receive() without a pending forward request")
-        if served is not None:
-            if served.tokens != request.tokens[:len(served.tokens)] or served.keep != request.keep:
-                raise SimulmtError("the engine served another request than the one posted")
-            request = served
-        if request.keep < len(self.fed) - self.guessed:  # a crop of the layout's list (not only of a guess)
-            dropped = set(self.fed[request.keep:len(self.fed) - self.guessed])  # (not a guess the layout left)
-            self.cache_crops += 1
-            self.refed_tokens += sum(t in dropped for t in request.tokens)
-        self.move = None  # (the engine made it)
-        self.stopped_at = None
-        if stopped:
-            listed = request.tokens[:len(request.tokens) - request.speculative - request.alternatives]
-            self.fed = self.fed[: request.keep]
-            self.guessed = self.alternates = 0
-            self.outputs, self.alternate_outputs, self.guessed_answers = {}, {}, set()
-            self.stopped_at = (request.keep, tuple(listed), features[0])
-            self.tokens_fed += len(request.tokens)
-            self.refed_tokens += len(listed)  # (they come again in the next forward)
-            self.forward_calls += 1
-            self.stopped_forwards += 1
-            self.flops += flops
-            return
-        self.fed = self.fed[: request.keep] + list(request.tokens)
-        self.guessed, self.alternates = request.speculative + request.alternatives, request.alternatives
-        answers = [(None if logits is None else logits[i], None if features is None else features[i],
-                    None if best is None else best[i]) for i in range(1 + request.speculative + request.alternatives)]
-        chain = len(self.fed) - request.alternatives  # tokens up to the last guess, in cache order
-        self.outputs = {chain - request.speculative + i: answers[i] for i in range(1 + request.speculative)}
-        self.guessed_answers = set(range(chain - request.speculative + 1, chain + 1))
-        self.alternate_outputs = {chain + i: answers[1 + request.speculative + i] for i in range(request.alternatives)}
-        self.tokens_fed += len(request.tokens)
-        self.forward_calls += 1
-        self.speculated += request.speculative + request.alternatives
-        self.flops += flops
 
 
     # ---- steps -----------------------------------------------------------------------------------------------
