@@ -175,7 +175,8 @@ def test_the_simuleval_command_line(tmp_path):
 def test_agent_scores_equal_simulmt_evaluate(tmp_path):
     """The same sentences under SimulEval's evaluator with the agent and under ``simulmt evaluate``: the same
     predictions and delays, and the same BLEU, AL, LAAL, AP and DAL (SimulEval's own scorers on its side)."""
-    from simulmt.evaluate import EvaluateOptions, evaluate
+    from simulmt.evaluation.grid import evaluate
+    from simulmt.evaluation.options import EvaluateOptions
 
     agent = _agent(layout="expost", policy="wait-k", k=2)
     evaluator = _evaluate(agent, tmp_path)

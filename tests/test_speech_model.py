@@ -130,7 +130,9 @@ def test_translate_audio_from_the_command_line(tmp_path, monkeypatch, capsys):
 def test_evaluate_on_audio_scores_in_ms(tmp_path):
     """``simulmt evaluate --source-audio LIST``: the grid runs on WAV files; instances.log is SimulEval's speech
     log (delays and source length in ms of audio), *_CA adds the compute, and a missing file is named at once."""
-    from simulmt.evaluate import EvaluateOptions, evaluate, read_log
+    from simulmt.evaluation.grid import evaluate
+    from simulmt.evaluation.options import EvaluateOptions
+    from simulmt.evaluation.run_dir import read_log
 
     sp = tiny_speech()
     write_audio_set(tmp_path)
@@ -320,7 +322,8 @@ def test_a_speech_run_of_the_learned_policy_says_when_it_decides(tmp_path, monke
     """A learned speech run's config says whether it decided once per block or after every word, and a run
     directory written one way is not resumed the other way (its sentences would mix two policies)."""
     from simulmt.core.learned_policy import PolicyHead
-    from simulmt.evaluate import EvaluateOptions, evaluate
+    from simulmt.evaluation.grid import evaluate
+    from simulmt.evaluation.options import EvaluateOptions
     from simulmt.speech.model import SpeechTranslator
 
     sp = tiny_speech()

@@ -230,7 +230,9 @@ def test_evaluating_a_spelling_model_logs_words_and_what_was_heard(tmp_path):
 
     from test_speech_model import write_audio_set
 
-    from simulmt.evaluate import EvaluateOptions, evaluate, read_log
+    from simulmt.evaluation.grid import evaluate
+    from simulmt.evaluation.options import EvaluateOptions
+    from simulmt.evaluation.run_dir import read_log
 
     sp = spelling_speech()
     write_audio_set(tmp_path, seconds=(2.3, 3.1))

@@ -28,7 +28,7 @@ order, timings aside; the same scores and signatures), and writes the grid's rep
 merges again.
 
 Python: ``evaluate(translator, EvaluateOptions(...)) -> list[RunResult]``; ``score_path(path)`` rescores (both in
-``simulmt.evaluation.grid``; ``simulmt.evaluate`` hands every name on, as when this was one module).
+``simulmt.evaluation.grid``; import each name from the file that defines it).
 
 Read it bottom up, each file one concept:
 
