@@ -35,7 +35,7 @@ from simulmt.option_fields import (adapter_field, batch_size_field, context_pair
 from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
 from simulmt.core.talk import ContextWindow
-from simulmt.segment import DEFAULT_MAX_WORDS
+from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
 from simulmt.core.session import Translation, WrittenWord
 from simulmt.core.stream_options import StreamOptions
 from simulmt.text_input import Line, read_lines, stream_lines

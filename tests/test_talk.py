@@ -20,7 +20,8 @@ from simulmt.core.policies import ReadN, WaitK
 from simulmt.core.session import DecodeConfig
 from simulmt.core.talk import ContextWindow, context_prompts
 from simulmt.errors import SimulmtError
-from simulmt.segment import merge_translations, split_sentences
+from simulmt.core.translation import merge_translations
+from simulmt.segment import split_sentences
 from tiny_models import CORPUS
 
 SENTENCES = [line.rstrip(".") + "." for line in CORPUS if line.split()][:6]

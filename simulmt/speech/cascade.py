@@ -29,7 +29,7 @@ import numpy as np
 
 from simulmt.core.stream import Translation, WrittenWord
 from simulmt.errors import SimulmtError
-from simulmt.segment import DEFAULT_MAX_WORDS
+from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
 from simulmt.speech.model import SpeechTranslation, play, policy_for_speech
 from simulmt.speech.recognizer import ConfirmedWord, RecognizerOptions, StreamingRecognizer, Whisper, as_float_audio
 
