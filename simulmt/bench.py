@@ -44,7 +44,7 @@ from simulmt.option_fields import (adapter_field, device_field, dtype_field, k_f
 from simulmt.core.placed import Role
 from simulmt.core.policies import POLICIES, Offline, Policy, make_policy
 from simulmt.core.prompt_format import language_name
-from simulmt.text_input import read_lines, require_text
+from simulmt.text.text_input import read_lines, require_text
 
 if typing.TYPE_CHECKING:
     from simulmt.core.session import StreamingSession
@@ -487,8 +487,8 @@ def write_outputs(bench: Bench, directory: Path) -> tuple[Path, Path]:
 
 # ---- the command -------------------------------------------------------------------------------------------------
 def read_sentences(path: str, lines: int) -> tuple[list[str], list[int]]:
-    """The first ``lines`` non-empty lines of a file, and their 1-based line numbers (simulmt.text_input's rule;
-    a line that is not UTF-8 is an error naming the file and the line)."""
+    """The first ``lines`` non-empty lines of a file, and their 1-based line numbers (simulmt.text.text_input's
+    rule; a line that is not UTF-8 is an error naming the file and the line)."""
     sentences, numbers = [], []
     for line in read_lines(path, "source"):
         text = require_text([line], f"the source file {path}")[0]  # only the lines used must be UTF-8

@@ -8,7 +8,7 @@ context) is reported and skipped, and makes the exit code 1. An output folder th
 before the model loads (:mod:`simulmt.output_dir`); a file error later on, standard output included (``> /dev/full``),
 is one line and exit code 1; a closed pipe (``| head``) ends quietly. No error ends in a traceback.
 
-``translate`` reads its input with :mod:`simulmt.text_input` (strict UTF-8, line by line) and translates each line
+``translate`` reads its input with :mod:`simulmt.text.text_input` (strict UTF-8, line by line) and translates each line
 as one talk (:func:`translate_line`; simulmt.core.talk): cut into sentences of at most ``--max-words`` words, each
 given the earlier pairs ``--context-pairs`` asks for, their translations one output line.
 """
@@ -38,7 +38,7 @@ from simulmt.core.talk import ContextWindow
 from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
 from simulmt.core.session import Translation, WrittenWord
 from simulmt.core.stream_options import StreamOptions
-from simulmt.text_input import Line, read_lines, stream_lines
+from simulmt.text.text_input import Line, read_lines, stream_lines
 
 if typing.TYPE_CHECKING:
     from simulmt.translator import Translator

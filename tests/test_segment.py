@@ -9,7 +9,7 @@ import pytest
 from simulmt.errors import SimulmtError
 from simulmt.core.sentence_ends import ends_sentence
 from simulmt.core.translation import merge_translations
-from simulmt.segment import split_sentences
+from simulmt.text.segment import split_sentences
 from simulmt.core.session import Translation
 
 

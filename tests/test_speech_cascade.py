@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from helpers import through_simuleval_agent, tiny_translator
-from simulmt.segment import split_sentences
+from simulmt.text.segment import split_sentences
 from simulmt.speech.cascade import CascadeTranslator
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
 from simulmt.speech.recognizer import RecognizerOptions, StreamingRecognizer

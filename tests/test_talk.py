@@ -21,7 +21,7 @@ from simulmt.core.session import DecodeConfig
 from simulmt.core.talk import ContextWindow, context_prompts
 from simulmt.errors import SimulmtError
 from simulmt.core.translation import merge_translations
-from simulmt.segment import split_sentences
+from simulmt.text.segment import split_sentences
 from tiny_models import CORPUS
 
 SENTENCES = [line.rstrip(".") + "." for line in CORPUS if line.split()][:6]

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from simulmt.errors import SimulmtError
-from simulmt.text_input import read_text_lines
+from simulmt.text.text_input import read_text_lines
 
 ESPEAK = "espeak-ng"
 SOX = "sox"

@@ -4,8 +4,8 @@ A line may hold more than a sentence (a talk pasted on one line, 40,000 words). 
 run for hours before it ran out of the model's context. So a line is split into sentences, each sentence is
 translated on its own (bounded: at most ``max_words`` source words, so at most ``a * max_words + b`` target words
 of at most ``max_tokens_per_word`` tokens each, see :class:`simulmt.core.session.DecodeConfig`), and the sentences'
-translations are merged into the line's (:func:`simulmt.core.translation.merge_translations`), with delays counted over the whole line as
-a stream would see them.
+translations are merged into the line's (:func:`simulmt.core.translation.merge_translations`), with delays
+counted over the whole line as a stream would see them.
 
 Where a sentence ends: :func:`simulmt.core.sentence_ends.ends_sentence` (a talk uses the same rule, talk.py).
 """
