@@ -29,7 +29,7 @@ from simulmt.parity import forced_tokens
 from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
 from simulmt.speech.model import SpeechTranslator
 from simulmt.speech.streaming_encoder import StreamingEncoderConfig
-from simulmt.speech.synth import read_wav
+from simulmt.speech.wav import read_wav
 from simulmt.speech.whisper_ct2 import whisper_encoder
 from simulmt.translator import Translator
 

@@ -93,7 +93,7 @@ def main() -> int:
     from simulmt.speech.cascade import CascadeTranslator
     from simulmt.speech.ctc import token_error_rate
     from simulmt.speech.recognizer import RecognizerOptions
-    from simulmt.speech.translate_audio import read_audio
+    from simulmt.speech.wav import read_audio
 
     sources = Path(args.source).read_text(encoding="utf-8").splitlines()[: args.lines]
     references = Path(args.reference).read_text(encoding="utf-8").splitlines()[: args.lines]

@@ -610,7 +610,7 @@ def _run_speech(options: BenchOptions) -> int:
         torch.set_num_threads(options.threads)
     try:
         files = speech_bench.audio_files(options.audio)[: options.lines]
-        from simulmt.speech.translate_audio import read_audio
+        from simulmt.speech.wav import read_audio
 
         clips = [(str(f), read_audio(str(f))) for f in files]
         speech, defaults = load_speech(options.speech_model, model=options.model, adapter=options.adapter,

@@ -396,7 +396,8 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
         parser.error("--speech-model DIR carries its own LLM and adapter: give no --model / --adapter with it")
 
     from simulmt.speech.loading import load_speech
-    from simulmt.speech.translate_audio import read_audio, translate_audio
+    from simulmt.speech.translate_audio import translate_audio
+    from simulmt.speech.wav import read_audio
 
     try:
         read_audio(options.audio)  # a bad file fails before the model loads

@@ -87,7 +87,7 @@ def test_mismatched_parts_are_refused():
 
 def write_audio_set(folder, seconds=(1.3, 2.1)):
     """WAV files of ``seconds``, their list ``audio.list`` and two references ``ref.de``, in ``folder``."""
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     names = []
     for i, s in enumerate(seconds):
@@ -102,7 +102,7 @@ def test_translate_audio_from_the_command_line(tmp_path, monkeypatch, capsys):
     files and missing options are clear errors."""
     from simulmt import cli
     from simulmt.speech import model as speech_model
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     sp = tiny_speech()
     monkeypatch.setattr(speech_model.SpeechTranslator, "load", classmethod(lambda cls, folder, **kw: sp))
@@ -228,7 +228,7 @@ def test_bench_on_audio_measures_rtf_and_streaming_against_offline(tmp_path, mon
     from simulmt import cli
     from simulmt.core.learned_policy import PolicyHead
     from simulmt.speech import model as speech_model
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     sp = tiny_speech()
     d = sp.translator.model.config.hidden_size
@@ -267,7 +267,7 @@ def test_bench_on_audio_measures_rtf_and_streaming_against_offline(tmp_path, mon
 def test_batched_files_give_the_live_path_s_words_delays_and_times(tmp_path):
     """``translate_iter(batch_size > 1)`` (what ``evaluate --source-audio --batch-size N`` runs) equals the live
     one-at-a-time path in everything but wall times; a file that cannot be read fails alone, in its place."""
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     sp = tiny_speech("gemma3")
     paths = []

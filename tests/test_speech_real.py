@@ -27,7 +27,8 @@ VOICES = ["espeak:en-gb-x-gbcwmd", "flite:slt"]
 def speak(voice: str, text: str, path: Path) -> Path:
     engine, name = voice.split(":")
     if engine == "synth":  # the training corpus's synthesis (espeak-ng word by word, then sox)
-        from simulmt.speech.synth import synthesise_sentence, write_wav
+        from simulmt.speech.synth import synthesise_sentence
+        from simulmt.speech.wav import write_wav
 
         write_wav(path, synthesise_sentence(text.split(), voice=name, seed=1)[0], 16000)
         return path
@@ -89,7 +90,7 @@ def test_translate_audio_with_no_options_writes_a_translation_of_the_source_leng
 def test_the_recogniser_hears_unseen_voices(tmp_path):
     from simulmt.speech.ctc import token_error_rate
     from simulmt.speech.recognizer import RecognizerOptions, StreamingRecognizer, Whisper
-    from simulmt.speech.translate_audio import read_audio
+    from simulmt.speech.wav import read_audio
 
     whisper = Whisper(RecognizerOptions())
     references, heard = [], []
@@ -120,7 +121,7 @@ def test_a_short_buffer_is_decoded_in_a_short_window(tmp_path, voice):
     heard (which window hears a given sentence better varies; benchmarks/speech_voices.py compares them over many),
     with segment times inside the audio, in order."""
     from simulmt.speech.recognizer import RATE, RecognizerOptions, Whisper, as_float_audio
-    from simulmt.speech.translate_audio import read_audio
+    from simulmt.speech.wav import read_audio
 
     source = SENTENCES[0][0]
     audio = as_float_audio(read_audio(str(speak(voice, source, tmp_path / "s.wav"))))

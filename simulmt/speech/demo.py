@@ -25,7 +25,7 @@ def demo_audio() -> list[tuple[str, np.ndarray]]:
         from simulmt.speech.synth import synthesise_sentence
 
         return [(s, synthesise_sentence(s.split(), seed=i)[0]) for i, s in enumerate(SENTENCES)]
-    from simulmt.speech.synth import read_wav
+    from simulmt.speech.wav import read_wav
 
     return [("A man is riding a bike in the park. (shipped sample)", read_wav(SAMPLE)[0])]
 

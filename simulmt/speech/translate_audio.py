@@ -15,29 +15,7 @@ import json
 import sys
 from typing import TextIO
 
-import numpy as np
-
-from simulmt.errors import SimulmtError
-
-
-def read_audio(path: str) -> np.ndarray:
-    """A 16 kHz mono 16-bit WAV file as int16 samples, or a clear error."""
-    from simulmt.speech.synth import read_wav
-
-    try:
-        samples, rate = read_wav(path)
-    except FileNotFoundError:
-        raise SimulmtError(f"audio file not found: {path}") from None
-    except (EOFError, OSError, ValueError) as exc:  # wave.Error is an Exception subclass: caught below
-        raise SimulmtError(f"{path}: not a readable WAV file ({exc})") from None
-    except Exception as exc:  # noqa: BLE001 - wave.Error
-        raise SimulmtError(f"{path}: not a readable WAV file ({exc})") from None
-    if rate != 16000:
-        raise SimulmtError(f"{path}: the audio is {rate} Hz; simulmt takes 16 kHz mono 16-bit WAV "
-                           f"(sox {path} -r 16000 -c 1 -b 16 out.wav)")
-    if len(samples) == 0:
-        raise SimulmtError(f"{path}: the audio is empty")
-    return samples
+from simulmt.speech.wav import read_audio
 
 
 def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: TextIO | None = None) -> int:
