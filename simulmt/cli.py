@@ -10,7 +10,8 @@ is one line and exit code 1; a closed pipe (``| head``) ends quietly. No error e
 
 ``translate`` reads its input with :mod:`simulmt.text.text_input` (strict UTF-8, line by line) and translates each line
 as one talk (:func:`translate_line`; simulmt.core.talk): cut into sentences of at most ``--max-words`` words, each
-given the earlier pairs ``--context-pairs`` asks for, their translations one output line.
+given the earlier pairs ``--context-pairs`` asks for, their translations one output line. ``translate --audio``
+feeds a WAV file to a speech translator (:func:`translate_audio`; the speech front end, :mod:`simulmt.speech`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from simulmt.core.talk import ContextWindow
 from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
 from simulmt.core.session import Translation, WrittenWord
 from simulmt.core.stream_options import StreamOptions
+from simulmt.speech.wav import read_audio
 from simulmt.text.text_input import Line, read_lines, stream_lines
 
 if typing.TYPE_CHECKING:
@@ -387,6 +389,42 @@ def _run_speech_demo(options: DemoOptions) -> int:
         return 1
 
 
+def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: TextIO | None = None) -> int:
+    """``simulmt translate --audio FILE [--speech-model DIR]``: words appear as the audio plays, with their audio
+    time.
+
+    The WAV file is fed to a speech session (the recogniser cascade, ``simulmt.speech.cascade``, or an end-to-end
+    speech model) in pieces of one recogniser step (or one encoder block), as a live stream would arrive; each written
+    word is printed with the audio time it was written at (the delay: when the last source word read before it was
+    confirmed; for an end-to-end model, when its last block read was available) and the wall time spent so far.
+    ``--jsonl`` prints one JSON object for the file: the prediction, delays in source units (blocks or spelled words,
+    ``unit``) and in ms, the compute (encoder, adapter, LLM), the audio's duration, and what a CTC head spelled
+    (``heard``)."""
+    out = out or sys.stdout  # looked up now: a default bound at import would keep a replaced stdout
+    audio = read_audio(path)
+    session = speech.session(**session_kwargs)
+    step = int(16 * speech.piece_ms)  # pieces of one block (EASiST) or one recogniser step, as live audio comes
+
+    def show(words) -> None:
+        for word in words:
+            if not jsonl:
+                print(f"[{session.delay_ms(word) / 1000:6.2f} s audio | {word.elapsed_ms / 1000:6.2f} s wall] "
+                      f"{word.text}", file=out, flush=True)
+
+    for start in range(0, len(audio), step):
+        show(session.push_audio(audio[start:start + step]))
+    show(session.finish())
+    result = session.result()
+    if jsonl:
+        print(json.dumps(result.to_json(), ensure_ascii=False), file=out)
+    else:
+        heard = f"heard: {result.heard}\n" if result.heard else ""
+        print(f"\n{heard}{result.prediction}\n({len(result.delays)} words from {result.duration_ms / 1000:.2f} s of "
+              f"audio; {'recogniser' if speech.unit == 'words' and not hasattr(speech, 'config') else 'encoder'} "
+              f"{result.encoder_ms:.0f} ms, wall {result.wall_ms:.0f} ms)", file=out)
+    return 0 if result.error is None else 1
+
+
 def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentParser) -> int:
     if options.audio is None:
         parser.error("--speech-model DIR translates speech: give the WAV file with --audio")
@@ -396,8 +434,6 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
         parser.error("--speech-model DIR carries its own LLM and adapter: give no --model / --adapter with it")
 
     from simulmt.speech.loading import load_speech
-    from simulmt.speech.translate_audio import translate_audio
-    from simulmt.speech.wav import read_audio
 
     try:
         read_audio(options.audio)  # a bad file fails before the model loads
