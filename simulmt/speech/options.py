@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from simulmt.errors import SimulmtError
 from simulmt.option_fields import language_field
+from simulmt.speech.ctc import CTC_HEADS
 
 STAGES = ("ctc", "align", "simul", "policy")
-CTC_HEADS = ("tied", "free")  # the ctc stage's scorers (simulmt.speech.ctc.CTCScorer)
 
 
 @dataclass(frozen=True)
