@@ -48,7 +48,7 @@ TARGETS = ["Ein Mann fährt im Park Fahrrad.",
 def utterances() -> list[np.ndarray]:
     out = [read_wav(SAMPLE)[0]]
     try:
-        from simulmt.speech.synth import synthesise_sentence
+        from simulmt.finetune.speech.synth import synthesise_sentence
 
         out += [synthesise_sentence(s.split(), seed=i)[0] for i, s in enumerate(SENTENCES)]
     except Exception as exc:  # noqa: BLE001 - espeak-ng missing: the sample alone

@@ -471,7 +471,7 @@ def _run_rl(options, parser: argparse.ArgumentParser) -> int:
 
 
 def _run_finetune_speech(options) -> int:
-    from simulmt.speech.train import train_speech
+    from simulmt.finetune.speech.train import train_speech
 
     try:
         card = train_speech(options)
@@ -507,9 +507,9 @@ def _commands() -> dict[str, Command]:
     from simulmt import bench
     from simulmt.evaluation import command as evaluation, options as evaluation_options
     from simulmt.finetune import options as finetuning
+    from simulmt.finetune.speech.options import SpeechTrainOptions
     from simulmt.rl import options as rl
     from simulmt.service import server
-    from simulmt.speech.options import SpeechTrainOptions
 
     return {
         "translate": Command(
@@ -551,8 +551,9 @@ def _commands() -> dict[str, Command]:
             SpeechTrainOptions, lambda options, sub: _run_finetune_speech(options),
             "EASiST's speech stages on a frozen LLM: align the speech adapter, fine-tune it on interleaved chunks, fit "
             "the READ/WRITE policy head (resumable)",
-            "Train one stage of the speech model on a speech corpus (python -m simulmt.speech.synth corpus ...): "
-            "--stage ctc (optional: the adapter against the LLM's token embeddings with CTC, no LLM forward), align "
+            "Train one stage of the speech model on a speech corpus "
+            "(python -m simulmt.finetune.speech.synth corpus ...): --stage ctc (optional: the adapter against the "
+            "LLM's token embeddings with CTC, no LLM forward), align "
             "(offline speech -> transcript or translation), simul (interleaved speech and target "
             "chunks), policy (the READ/WRITE head after each block). Stage one, the interleaved text format, is "
             "`simulmt finetune --recipe interleaved`; its adapter is --adapter here. Writes DIR/model, a speech "

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from simulmt.errors import SimulmtError
-from simulmt.speech import synth
-from simulmt.speech.synth import SynthOptions, read_manifest, synthesise_corpus, synthesise_sentence
+from simulmt.finetune.speech import synth
+from simulmt.finetune.speech.synth import SynthOptions, read_manifest, synthesise_corpus, synthesise_sentence
 from simulmt.speech.wav import read_wav, write_wav
 
 # under CI (.ci/run installs them) a missing tool fails the tests instead of skipping them

@@ -26,8 +26,8 @@ byte-identical audio. A corpus folder holds::
 
 Command line::
 
-    python -m simulmt.speech.synth corpus SOURCE TARGET OUT_DIR [--limit N] [--seed S] [--tempo 0.9,1.1] ...
-    python -m simulmt.speech.synth sentence "A man is riding a bike." OUT_STEM [--voice en-us] [--rate 175] ...
+    python -m simulmt.finetune.speech.synth corpus SOURCE TARGET OUT_DIR [--limit N] [--seed S] [--tempo 0.9,1.1] ...
+    python -m simulmt.finetune.speech.synth sentence "A man is riding a bike." OUT_STEM [--voice en-us] [--rate 175] ...
 """
 
 from __future__ import annotations
@@ -428,7 +428,8 @@ def _numbers(kind: type):
 
 def main(argv: list[str] | None = None) -> int:
     defaults = SynthOptions()
-    parser = argparse.ArgumentParser(prog="python -m simulmt.speech.synth", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m simulmt.finetune.speech.synth",
+                                     description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     corpus = commands.add_parser("corpus", help="speak a parallel corpus into a folder (wavs + manifest.jsonl)")
     corpus.add_argument("source", help="source text, one sentence a line")
