@@ -25,7 +25,7 @@ from simulmt.core.packed_linear import pack_linears
 from simulmt.core.placed import embedded_units
 from simulmt.core.policies import Scheduled, WaitK
 from simulmt.models import model_dtype, resolve_dtype
-from simulmt.parity import forced_tokens
+from simulmt.finetune.parity import forced_tokens
 from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
 from simulmt.speech.model import SpeechTranslator
 from simulmt.speech.streaming_encoder import StreamingEncoderConfig

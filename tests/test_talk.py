@@ -236,7 +236,7 @@ def test_training_with_context_lays_out_a_talks_prompts_and_keeps_parity(arch, r
     from simulmt.finetune import data
     from simulmt.finetune.recipes import Recipe
     from simulmt.finetune.schedules import Schedule
-    from simulmt.parity import teacher_forced_parity
+    from simulmt.finetune.parity import teacher_forced_parity
 
     tr = tiny_translator(arch)
     window = ContextWindow(pairs=2, tokens=80)
