@@ -343,7 +343,7 @@ def point(run: dict) -> tuple[str, int | None]:
 
 
 def write_report(plan: Plan) -> Path:
-    from simulmt.plots import plot_bleu_laal
+    from simulmt.evaluation.plots import plot_bleu_laal
 
     runs = load_runs(plan)
     results = Path(plan.results)

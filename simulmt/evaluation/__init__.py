@@ -37,7 +37,7 @@ Read it bottom up, each file one concept:
 * ``testset``: the line-aligned source (text, or a list of WAV files) and references, with their hashes;
 * ``run_dir``: a run directory: config.json, the resumable instances.log, its lock, ``translate_run``;
 * ``scores``: scores.json, a pure function of the log and the recorded settings;
-* ``reports``: the grid's results.md, results.json, bleu_laal.png and the table on the terminal;
+* ``reports``: the grid's results.md, results.json, bleu_laal.png (drawn by ``plots``) and the table on the terminal;
 * ``grid``: ``evaluate`` (every run of the grid), its shards and their merge, ``score_path``;
 * ``command``: ``simulmt evaluate`` and ``simulmt score``.
 """
