@@ -190,7 +190,7 @@ def test_the_simuleval_speech_agent_runs_the_cascade_by_default():
     from argparse import Namespace
 
     pytest.importorskip("simuleval", reason="SimulEval 1.1.4 (setup.sh puts it in .simuleval/)")
-    from simulmt.speech.simuleval_agent import SimulmtSpeechAgent
+    from simulmt.evaluation.simuleval_speech_agent import SimulmtSpeechAgent
 
     tr = cascade()
     agent = SimulmtSpeechAgent(Namespace(k=2), speech=tr)

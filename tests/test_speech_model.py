@@ -211,7 +211,7 @@ def test_the_simuleval_speech_agent_gives_what_the_session_gives():
     """SimulEval's speech segments (320 ms of float samples each) through the agent: the words it writes are the
     speech session's, and each is written no earlier than its block was available."""
     pytest.importorskip("simuleval", reason="SimulEval 1.1.4 (setup.sh puts it in .simuleval/)")
-    from simulmt.speech.simuleval_agent import SimulmtSpeechAgent
+    from simulmt.evaluation.simuleval_speech_agent import SimulmtSpeechAgent
 
     sp = tiny_speech()
     agent = SimulmtSpeechAgent(Namespace(layout="interleaved", policy="wait-k", k=2), speech=sp)

@@ -40,4 +40,11 @@ Read it bottom up, each file one concept:
 * ``reports``: the grid's results.md, results.json, bleu_laal.png (drawn by ``plots``) and the table on the terminal;
 * ``grid``: ``evaluate`` (every run of the grid), its shards and their merge, ``score_path``;
 * ``command``: ``simulmt evaluate`` and ``simulmt score``.
+
+simulmt under the community's own harnesses (each module needs its harness installed; ``import simulmt`` imports
+none of them):
+
+* ``simuleval_agent``, ``simuleval_speech_agent``: SimulEval 1.1.4 agents, text-to-text and speech-to-text (the
+  recogniser cascade, or a speech model);
+* ``simulstream_processor``: a SimulStream speech processor (the IWSLT harness): the cascade on whole talks.
 """

@@ -1,6 +1,6 @@
 """A SimulEval 1.1.4 text-to-text agent that streams with simulmt (one ``StreamingSession`` per sentence).
 
-    simuleval --agent-class simulmt.simuleval_agent.SimulmtAgent \\
+    simuleval --agent-class simulmt.evaluation.simuleval_agent.SimulmtAgent \\
         --source src.en --target ref.de --output out/ \\
         --model smollm2-135m --layout expost --policy wait-k --k 3
 
@@ -51,11 +51,11 @@ try:
     from simuleval.agents.states import AgentStates
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise SimulEvalMissingError(
-        "simulmt.simuleval_agent needs SimulEval 1.1.4, which is not importable here "
+        "simulmt.evaluation.simuleval_agent needs SimulEval 1.1.4, which is not importable here "
         f"({exc}); install it, preferably in a separate virtual environment: "
         "python -m venv --system-site-packages sev && sev/bin/pip install simuleval==1.1.4") from exc
 
-logger = logging.getLogger("simulmt.simuleval_agent")
+logger = logging.getLogger("simulmt.evaluation.simuleval_agent")
 
 
 class SimulmtStates(AgentStates):
