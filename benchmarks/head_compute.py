@@ -15,7 +15,7 @@ torch.set_num_threads(2)
 from tqdm import tqdm
 from simulmt.core.policies import make_policy
 from simulmt.core.learned_policy import PolicyHead
-from simulmt.speech import bench as sb
+from simulmt.bench import speech as sb
 from simulmt.speech.model import SpeechTranslator, default_speech_model
 from simulmt.speech.wav import read_audio
 layer_dir, listing, out = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     configurations, inputs = [], []
     if args.audio:
-        from simulmt.speech.bench import audio_files, measure
+        from simulmt.bench.speech import audio_files, measure
         from simulmt.speech.model import SpeechTranslator, default_speech_model
         from simulmt.speech.wav import read_audio
 

@@ -504,7 +504,7 @@ class Command:
 
 def _commands() -> dict[str, Command]:
     """The explicit registry of subcommands (heavy modules are imported only when their command runs)."""
-    from simulmt import bench
+    from simulmt.bench import command as bench
     from simulmt.evaluation import command as evaluation, options as evaluation_options
     from simulmt.finetune import options as finetuning
     from simulmt.finetune.speech.options import SpeechTrainOptions

@@ -566,10 +566,10 @@ def _output_ok(options: BenchOptions) -> bool:
 
 
 def _run_streams(options: BenchOptions, translator: "Translator", sentences: list[str]) -> int:
-    """``--streams``: the same sentences once per stream count (simulmt.throughput)."""
+    """``--streams``: the same sentences once per stream count (simulmt.bench.throughput)."""
     import torch
 
-    from simulmt import throughput
+    from simulmt.bench import throughput
 
     kwargs = dict(layout=options.layout_names[0], policy=options.policy_names[0], k=options.k, n=options.n,
                   slot=options.slot, phi=options.phi)
@@ -596,12 +596,12 @@ def _run_streams(options: BenchOptions, translator: "Translator", sentences: lis
 
 
 def _run_speech(options: BenchOptions) -> int:
-    """``--audio``: the speech model streamed over the files (simulmt.speech.bench)."""
+    """``--audio``: the speech model streamed over the files (simulmt.bench.speech)."""
     import torch
     from tqdm import tqdm
 
     from simulmt.core.policies import make_policy
-    from simulmt.speech import bench as speech_bench
+    from simulmt.bench import speech as speech_bench
     from simulmt.speech.loading import load_speech
 
     if not _output_ok(options):
