@@ -370,7 +370,7 @@ def _run_translate(options: TranslateOptions, parser: argparse.ArgumentParser) -
 
 
 def _run_speech_demo(options: DemoOptions) -> int:
-    from simulmt.speech.demo import run_speech_demo
+    from simulmt.demo.speech import run_speech_demo
     from simulmt.speech.loading import load_speech
 
     try:
@@ -448,7 +448,7 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
 
 
 def _run_demo(options: DemoOptions) -> int:
-    from simulmt.demo import run_demo
+    from simulmt.demo.text import run_demo
 
     if options.audio or options.speech_model:
         return _run_speech_demo(options)

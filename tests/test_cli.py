@@ -192,7 +192,7 @@ def test_demo(loads, capsys):
     out = capsys.readouterr().out
     assert "NOT fine-tuned" in out
     assert loads and loads[0]["model"] == cli.DEFAULT_MODEL
-    from simulmt.demo import SENTENCES as DEMO
+    from simulmt.demo.text import SENTENCES as DEMO
 
     for sentence in DEMO:
         assert sentence in out

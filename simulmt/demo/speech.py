@@ -16,7 +16,7 @@ from typing import TextIO
 import numpy as np
 
 SENTENCES = ("A man is riding a bike in the park.", "Two dogs are playing in the snow.")
-SAMPLE = Path(__file__).resolve().parent / "samples" / "a_man_rides_a_bike.wav"
+SAMPLE = Path(__file__).resolve().parents[1] / "speech" / "samples" / "a_man_rides_a_bike.wav"  # package data
 
 
 def demo_audio() -> list[tuple[str, np.ndarray]]:
