@@ -21,7 +21,7 @@ import torch
 
 from simulmt.core.engine import Engine, run_batched
 from simulmt.core.static_decoder import StaticDecoder
-from simulmt.throughput import pushed_streams
+from simulmt.bench.throughput import pushed_streams
 
 
 def sync(device: torch.device) -> None:

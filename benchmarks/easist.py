@@ -25,8 +25,9 @@ The data, fixed in advance (no choice is made on a test set):
   then reads several words per chunk and the model falls behind and drops source (the mixed run's learned
   policy wrote 0.64-0.68 target words per reference word against wait-3's 0.89). read-n teaches it to catch up;
 * the speech-simul stage takes the same schedule (``read-n``: no ``--k-mix``);
-* speech: the text stage's first ``--speech-pairs`` source lines spoken by espeak-ng (simulmt.speech.synth), or,
-  with ``--speech-first N``, Multi30k train lines N .. N + ``--speech-pairs`` - 1 (a corpus larger than the text stage's);
+* speech: the text stage's first ``--speech-pairs`` source lines spoken by espeak-ng
+  (simulmt.finetune.speech.synth), or, with ``--speech-first N``, Multi30k train lines N .. N + ``--speech-pairs`` - 1
+  (a corpus larger than the text stage's);
   the test set is Multi30k test2016's first ``--speech-test-lines`` lines spoken with another seed;
 * with ``--ctc-steps N``, a cheap CTC stage (``finetune --recipe speech-ctc``: the adapter against the LLM's token
   embeddings, or with ``--ctc-head free`` a linear layer of its own; no LLM forward) starts the adapter before align;
@@ -168,7 +169,7 @@ class Stage:
 def stages(plan: Plan) -> list[Stage]:
     w, d = Path(plan.work), Path(plan.work) / "data"
     cli = [sys.executable, "-m", "simulmt"]
-    synth = [sys.executable, "-m", "simulmt.speech.synth", "corpus"]
+    synth = [sys.executable, "-m", "simulmt.finetune.speech.synth", "corpus"]
     start = ["--init-adapter", plan.start_adapter] if plan.start_adapter else []
     if plan.schedule not in ("mixed", "read-n"):
         raise SystemExit(f"--schedule is mixed or read-n, got {plan.schedule!r}")

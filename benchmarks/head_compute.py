@@ -15,9 +15,9 @@ torch.set_num_threads(2)
 from tqdm import tqdm
 from simulmt.core.policies import make_policy
 from simulmt.core.learned_policy import PolicyHead
-from simulmt.speech import bench as sb
+from simulmt.bench import speech as sb
 from simulmt.speech.model import SpeechTranslator, default_speech_model
-from simulmt.speech.translate_audio import read_audio
+from simulmt.speech.wav import read_audio
 layer_dir, listing, out = sys.argv[1], sys.argv[2], sys.argv[3]
 taus = [float(t) for t in (sys.argv[4] if len(sys.argv) > 4 else "0.1,0.2,0.3,0.4,0.5,0.6").split(",")]
 files = sb.audio_files(listing)[:20]

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from simulmt.core.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute
-from simulmt.parity import teacher_forced_parity
+from simulmt.finetune.parity import teacher_forced_parity
 from simulmt.core.policies import wait_k_delays
 
 SOURCE = "The weather is nice today and the children play in the garden"

@@ -40,8 +40,11 @@ from statistics import mean, median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulmt.evaluate import (CONFIG, LOG, SCORES, EvaluateOptions, RunSpec, read_test_set, run_config,  # noqa: E402
-                              score_run, translate_run)
+from simulmt.evaluation.options import EvaluateOptions  # noqa: E402
+from simulmt.evaluation.run_dir import CONFIG, LOG, SCORES, run_config, translate_run  # noqa: E402
+from simulmt.evaluation.runs import RunSpec  # noqa: E402
+from simulmt.evaluation.scores import score_run  # noqa: E402
+from simulmt.evaluation.testset import read_test_set  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -340,7 +343,7 @@ def point(run: dict) -> tuple[str, int | None]:
 
 
 def write_report(plan: Plan) -> Path:
-    from simulmt.plots import plot_bleu_laal
+    from simulmt.evaluation.plots import plot_bleu_laal
 
     runs = load_runs(plan)
     results = Path(plan.results)
@@ -407,8 +410,9 @@ def _commands(plan: Plan) -> list[str]:
             command = " ".join(["simulmt rl", *flags])
         out.append(f"- {name}: `{portable(command)}`")
     out += ["", "Evaluation runs in the driver's process through the code behind `simulmt evaluate` "
-            "(`simulmt.evaluate.translate_run` and `score_run`, float32, greedy); each run's settings (adapter, "
-            "layout, policy, k or n, slot, decoding bounds, test set and lines) are in its "
+            "(`simulmt.evaluation.run_dir.translate_run` and `simulmt.evaluation.scores.score_run`, float32, "
+            "greedy); each run's settings (adapter, layout, policy, k or n, slot, decoding bounds, test set and "
+            "lines) are in its "
             "`docs/results/runs/TEST/METHOD/RUN/config.json`, its CPU time and adapter hash in `cost.json`.", ""]
     return out
 

@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     configurations, inputs = [], []
     if args.audio:
-        from simulmt.speech.bench import audio_files, measure
+        from simulmt.bench.speech import audio_files, measure
         from simulmt.speech.model import SpeechTranslator, default_speech_model
-        from simulmt.speech.translate_audio import read_audio
+        from simulmt.speech.wav import read_audio
 
         speech = SpeechTranslator.load(default_speech_model(), dtype=args.dtype)
         head = speech.translator.policy_head

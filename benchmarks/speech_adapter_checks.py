@@ -42,8 +42,8 @@ from simulmt.errors import SimulmtError  # noqa: E402
 def load_run(run: Path, translator=None, encoder=None, extractor=None):
     """The run's options, its translator, its held-out items (encoder blocks from its cache) and its adapter."""
     from simulmt.speech.adapter import SpeechAdapter
-    from simulmt.speech.options import SpeechTrainOptions
-    from simulmt.speech.train import load_items
+    from simulmt.finetune.speech.options import SpeechTrainOptions
+    from simulmt.finetune.speech.train import load_items
 
     card_path = run / "training.json"
     if not card_path.is_file():
@@ -72,7 +72,7 @@ def audio_use(run: Path, utterances: int = 60, **parts) -> dict:
     """Align loss per transcript token of the held-out utterances: own audio, another's, none (zeroed)."""
     from simulmt.core.layouts import Interleaved
     from simulmt.core.prompt_format import build_format, with_interleaved_markers
-    from simulmt.speech.train import SpeechItem, _loss
+    from simulmt.finetune.speech.train import SpeechItem, _loss
 
     options, translator, items, adapter = load_run(run, **parts)
     if options.stage != "align" or options.align_target != "transcript":

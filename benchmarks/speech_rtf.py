@@ -25,11 +25,11 @@ from simulmt.core.packed_linear import pack_linears
 from simulmt.core.placed import embedded_units
 from simulmt.core.policies import Scheduled, WaitK
 from simulmt.models import model_dtype, resolve_dtype
-from simulmt.parity import forced_tokens
+from simulmt.finetune.parity import forced_tokens
 from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
 from simulmt.speech.model import SpeechTranslator
 from simulmt.speech.streaming_encoder import StreamingEncoderConfig
-from simulmt.speech.synth import read_wav
+from simulmt.speech.wav import read_wav
 from simulmt.speech.whisper_ct2 import whisper_encoder
 from simulmt.translator import Translator
 
@@ -48,7 +48,7 @@ TARGETS = ["Ein Mann fährt im Park Fahrrad.",
 def utterances() -> list[np.ndarray]:
     out = [read_wav(SAMPLE)[0]]
     try:
-        from simulmt.speech.synth import synthesise_sentence
+        from simulmt.finetune.speech.synth import synthesise_sentence
 
         out += [synthesise_sentence(s.split(), seed=i)[0] for i, s in enumerate(SENTENCES)]
     except Exception as exc:  # noqa: BLE001 - espeak-ng missing: the sample alone

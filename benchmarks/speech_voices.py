@@ -1,7 +1,7 @@
 """Speech translation on voices no shipped model was trained on: the recogniser cascade against text.
 
 Multi30k test2017 lines are spoken by voices kept out of every training run (espeak-ng accents and variants not in
-``simulmt.speech.synth.DEFAULT_VOICES``, and flite's voices: another synthesiser), one voice per line in turn,
+``simulmt.finetune.speech.synth.DEFAULT_VOICES``, and flite's voices: another synthesiser), one voice per line in turn,
 cached outside the work tree. Each file is translated as a live stream in real time (a ``CascadeTranslator``
 session: Whisper tiny.en + LocalAgreement-2 feeding the text model; each piece of one recogniser step is pushed
 once the audio clock has reached its end, as a microphone would deliver it); the same lines as text go through
@@ -93,7 +93,7 @@ def main() -> int:
     from simulmt.speech.cascade import CascadeTranslator
     from simulmt.speech.ctc import token_error_rate
     from simulmt.speech.recognizer import RecognizerOptions
-    from simulmt.speech.translate_audio import read_audio
+    from simulmt.speech.wav import read_audio
 
     sources = Path(args.source).read_text(encoding="utf-8").splitlines()[: args.lines]
     references = Path(args.reference).read_text(encoding="utf-8").splitlines()[: args.lines]

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 
 from simulmt.errors import SimulmtError
-from simulmt.evaluate import read_log
+from simulmt.evaluation.run_dir import read_log
 from simulmt.metrics.latency import latency_scores
 from simulmt.metrics.quality import bleu
 

@@ -1,6 +1,6 @@
 """What streaming costs: kept for its old command line, now a thin wrapper over ``simulmt bench``.
 
-``simulmt bench`` (simulmt/bench.py) measures every layout against offline decoding in one run, both freely and
+``simulmt bench`` (simulmt/bench/command.py) measures every layout against offline decoding in one run, both freely and
 on the same output (each layout's output replayed through offline decoding). This script forwards its arguments,
 defaulting to the model and layouts the first version compared (gemma-3-270m; expost and prefix)::
 

@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import WhisperFeatureExtractor
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("manifest", help="a spoken corpus's manifest.jsonl (python -m simulmt.speech.synth corpus)")
+    parser.add_argument("manifest",
+                        help="a spoken corpus's manifest.jsonl (python -m simulmt.finetune.speech.synth corpus)")
     parser.add_argument("--model", required=True, help="a CTranslate2 Whisper folder (model.bin, tokenizer.json)")
     parser.add_argument("--last", type=int, default=200, help="the manifest's last N utterances")
     parser.add_argument("--threads", type=int, default=1)

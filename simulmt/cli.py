@@ -8,9 +8,10 @@ context) is reported and skipped, and makes the exit code 1. An output folder th
 before the model loads (:mod:`simulmt.output_dir`); a file error later on, standard output included (``> /dev/full``),
 is one line and exit code 1; a closed pipe (``| head``) ends quietly. No error ends in a traceback.
 
-``translate`` reads its input with :mod:`simulmt.text_input` (strict UTF-8, line by line) and translates each line
+``translate`` reads its input with :mod:`simulmt.text.text_input` (strict UTF-8, line by line) and translates each line
 as one talk (:func:`translate_line`; simulmt.core.talk): cut into sentences of at most ``--max-words`` words, each
-given the earlier pairs ``--context-pairs`` asks for, their translations one output line.
+given the earlier pairs ``--context-pairs`` asks for, their translations one output line. ``translate --audio``
+feeds a WAV file to a speech translator (:func:`translate_audio`; the speech front end, :mod:`simulmt.speech`).
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ from simulmt.option_fields import (adapter_field, batch_size_field, context_pair
 from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
 from simulmt.core.talk import ContextWindow
-from simulmt.segment import DEFAULT_MAX_WORDS
+from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
 from simulmt.core.session import Translation, WrittenWord
 from simulmt.core.stream_options import StreamOptions
-from simulmt.text_input import Line, read_lines, stream_lines
+from simulmt.speech.wav import read_audio
+from simulmt.text.text_input import Line, read_lines, stream_lines
 
 if typing.TYPE_CHECKING:
     from simulmt.translator import Translator
@@ -368,7 +370,7 @@ def _run_translate(options: TranslateOptions, parser: argparse.ArgumentParser) -
 
 
 def _run_speech_demo(options: DemoOptions) -> int:
-    from simulmt.speech.demo import run_speech_demo
+    from simulmt.demo.speech import run_speech_demo
     from simulmt.speech.loading import load_speech
 
     try:
@@ -387,6 +389,42 @@ def _run_speech_demo(options: DemoOptions) -> int:
         return 1
 
 
+def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: TextIO | None = None) -> int:
+    """``simulmt translate --audio FILE [--speech-model DIR]``: words appear as the audio plays, with their audio
+    time.
+
+    The WAV file is fed to a speech session (the recogniser cascade, ``simulmt.speech.cascade``, or an end-to-end
+    speech model) in pieces of one recogniser step (or one encoder block), as a live stream would arrive; each written
+    word is printed with the audio time it was written at (the delay: when the last source word read before it was
+    confirmed; for an end-to-end model, when its last block read was available) and the wall time spent so far.
+    ``--jsonl`` prints one JSON object for the file: the prediction, delays in source units (blocks or spelled words,
+    ``unit``) and in ms, the compute (encoder, adapter, LLM), the audio's duration, and what a CTC head spelled
+    (``heard``)."""
+    out = out or sys.stdout  # looked up now: a default bound at import would keep a replaced stdout
+    audio = read_audio(path)
+    session = speech.session(**session_kwargs)
+    step = int(16 * speech.piece_ms)  # pieces of one block (EASiST) or one recogniser step, as live audio comes
+
+    def show(words) -> None:
+        for word in words:
+            if not jsonl:
+                print(f"[{session.delay_ms(word) / 1000:6.2f} s audio | {word.elapsed_ms / 1000:6.2f} s wall] "
+                      f"{word.text}", file=out, flush=True)
+
+    for start in range(0, len(audio), step):
+        show(session.push_audio(audio[start:start + step]))
+    show(session.finish())
+    result = session.result()
+    if jsonl:
+        print(json.dumps(result.to_json(), ensure_ascii=False), file=out)
+    else:
+        heard = f"heard: {result.heard}\n" if result.heard else ""
+        print(f"\n{heard}{result.prediction}\n({len(result.delays)} words from {result.duration_ms / 1000:.2f} s of "
+              f"audio; {'recogniser' if speech.unit == 'words' and not hasattr(speech, 'config') else 'encoder'} "
+              f"{result.encoder_ms:.0f} ms, wall {result.wall_ms:.0f} ms)", file=out)
+    return 0 if result.error is None else 1
+
+
 def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentParser) -> int:
     if options.audio is None:
         parser.error("--speech-model DIR translates speech: give the WAV file with --audio")
@@ -396,7 +434,6 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
         parser.error("--speech-model DIR carries its own LLM and adapter: give no --model / --adapter with it")
 
     from simulmt.speech.loading import load_speech
-    from simulmt.speech.translate_audio import read_audio, translate_audio
 
     try:
         read_audio(options.audio)  # a bad file fails before the model loads
@@ -411,7 +448,7 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
 
 
 def _run_demo(options: DemoOptions) -> int:
-    from simulmt.demo import run_demo
+    from simulmt.demo.text import run_demo
 
     if options.audio or options.speech_model:
         return _run_speech_demo(options)
@@ -434,7 +471,7 @@ def _run_rl(options, parser: argparse.ArgumentParser) -> int:
 
 
 def _run_finetune_speech(options) -> int:
-    from simulmt.speech.train import train_speech
+    from simulmt.finetune.speech.train import train_speech
 
     try:
         card = train_speech(options)
@@ -467,12 +504,12 @@ class Command:
 
 def _commands() -> dict[str, Command]:
     """The explicit registry of subcommands (heavy modules are imported only when their command runs)."""
-    from simulmt import bench
+    from simulmt.bench import command as bench
     from simulmt.evaluation import command as evaluation, options as evaluation_options
     from simulmt.finetune import options as finetuning
+    from simulmt.finetune.speech.options import SpeechTrainOptions
     from simulmt.rl import options as rl
     from simulmt.service import server
-    from simulmt.speech.options import SpeechTrainOptions
 
     return {
         "translate": Command(
@@ -514,8 +551,9 @@ def _commands() -> dict[str, Command]:
             SpeechTrainOptions, lambda options, sub: _run_finetune_speech(options),
             "EASiST's speech stages on a frozen LLM: align the speech adapter, fine-tune it on interleaved chunks, fit "
             "the READ/WRITE policy head (resumable)",
-            "Train one stage of the speech model on a speech corpus (python -m simulmt.speech.synth corpus ...): "
-            "--stage ctc (optional: the adapter against the LLM's token embeddings with CTC, no LLM forward), align "
+            "Train one stage of the speech model on a speech corpus "
+            "(python -m simulmt.finetune.speech.synth corpus ...): --stage ctc (optional: the adapter against the "
+            "LLM's token embeddings with CTC, no LLM forward), align "
             "(offline speech -> transcript or translation), simul (interleaved speech and target "
             "chunks), policy (the READ/WRITE head after each block). Stage one, the interleaved text format, is "
             "`simulmt finetune --recipe interleaved`; its adapter is --adapter here. Writes DIR/model, a speech "

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import functools
 
-from simulmt.parity import ParityRun, forced_tokens, teacher_forced_parity  # noqa: F401 (re-exported for tests)
 from simulmt.core.placed import Role
+from simulmt.finetune.parity import ParityRun, forced_tokens, teacher_forced_parity  # noqa: F401 (for the tests)
 from simulmt.translator import Translator
 from tiny_models import make_model, make_tokenizer
 

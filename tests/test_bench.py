@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from helpers import SOURCE, tiny_translator
-from simulmt import bench, cli
+from simulmt import cli
+from simulmt.bench import command as bench
 from simulmt.translator import Translator
 
 SENTENCES = [SOURCE, "Where is the train station?", "My brother works in a hospital in Berlin."]

@@ -192,7 +192,7 @@ def test_demo(loads, capsys):
     out = capsys.readouterr().out
     assert "NOT fine-tuned" in out
     assert loads and loads[0]["model"] == cli.DEFAULT_MODEL
-    from simulmt.demo import SENTENCES as DEMO
+    from simulmt.demo.text import SENTENCES as DEMO
 
     for sentence in DEMO:
         assert sentence in out
@@ -361,7 +361,7 @@ def test_batch_size_must_be_positive(loads, capsys, input_file):
 def test_dtype_defaults_serve_users_fast_and_measure_the_same_everywhere():
     """translate, demo and serve default to auto (float16-packed on a CPU, bfloat16 on a GPU); evaluate and bench
     to float32, so their numbers do not depend on the machine unless asked."""
-    from simulmt.bench import BenchOptions
+    from simulmt.bench.command import BenchOptions
     from simulmt.option_fields import DTYPES
     from simulmt.service.server import ServeOptions
 

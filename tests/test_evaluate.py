@@ -12,7 +12,10 @@ import torch
 from helpers import tiny_translator, write_test_set
 from simulmt import cli
 from simulmt.errors import SimulmtError
-from simulmt.evaluate import EvaluateOptions, evaluate, read_log, read_test_set, score_path
+from simulmt.evaluation.grid import evaluate, score_path
+from simulmt.evaluation.options import EvaluateOptions
+from simulmt.evaluation.run_dir import read_log
+from simulmt.evaluation.testset import read_test_set
 from simulmt.metrics import bleu, chrf, latency_scores
 from simulmt.core.policies import wait_k_delays
 from simulmt.translator import Translator

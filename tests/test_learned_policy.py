@@ -247,7 +247,8 @@ def test_evaluate_sweeps_the_threshold(tmp_path):
     """``simulmt evaluate --policies learned --taus ...``: one run per tau, labelled and scored like any policy; a
     lower tau writes earlier."""
     from helpers import write_test_set
-    from simulmt.evaluate import EvaluateOptions, evaluate
+    from simulmt.evaluation.grid import evaluate
+    from simulmt.evaluation.options import EvaluateOptions
 
     base = tiny_interleaved_translator("llama")
     d = base.model.config.hidden_size

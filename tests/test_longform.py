@@ -21,7 +21,7 @@ from helpers import tiny_translator, write_test_set
 from simulmt import cli
 from simulmt.core.talk import ContextWindow
 from simulmt.errors import SimulmtError
-from simulmt.evaluate import read_log
+from simulmt.evaluation.run_dir import read_log
 from simulmt.evaluation.talks import LONGFORM, read_talks, score_talk_run
 from simulmt.metrics.longform import TalkOutput, longform_scores
 

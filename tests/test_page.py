@@ -78,7 +78,7 @@ class LoudnessWhisper:
 def test_the_microphone_button_streams_audio_and_shows_what_was_heard_and_translated(tmp_path):
     import numpy as np
 
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     noise = np.random.default_rng(0).normal(0, 8000, 16000 * 4).clip(-32767, 32767).astype(np.int16)
     wav = tmp_path / "talk.wav"

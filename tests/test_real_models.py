@@ -120,9 +120,9 @@ def test_the_shipped_interleaved_adapter_brings_its_markers_and_policy_head():
 def test_the_shipped_speech_model_translates_the_shipped_sample():
     """The shipped speech model (Whisper tiny.en, the speech adapter, the interleaved adapter, the speech head) on
     the package's WAV: German words, delays in ms of audio within the audio, never before the first block."""
-    from simulmt.speech.demo import SAMPLE
+    from simulmt.demo.speech import SAMPLE
     from simulmt.speech.model import SpeechTranslator, default_speech_model
-    from simulmt.speech.translate_audio import read_audio
+    from simulmt.speech.wav import read_audio
 
     try:
         folder = default_speech_model()

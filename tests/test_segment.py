@@ -7,7 +7,9 @@ import time
 import pytest
 
 from simulmt.errors import SimulmtError
-from simulmt.segment import ends_sentence, merge_translations, split_sentences
+from simulmt.core.sentence_ends import ends_sentence
+from simulmt.core.translation import merge_translations
+from simulmt.text.segment import split_sentences
 from simulmt.core.session import Translation
 
 

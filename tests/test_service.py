@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402
 
 from helpers import tiny_translator  # noqa: E402
-from simulmt.live_text import Boundary, LiveText, Word  # noqa: E402
+from simulmt.text.live_text import Boundary, LiveText, Word  # noqa: E402
 from simulmt.service.app import create_app  # noqa: E402
 from simulmt.core.talk import ContextWindow  # noqa: E402
 from simulmt.service.hub import Hub  # noqa: E402

@@ -20,7 +20,7 @@ from websockets.sync.client import connect  # noqa: E402
 from helpers import tiny_translator  # noqa: E402
 from simulmt.core.vocabulary import special_token_ids  # noqa: E402
 from simulmt.errors import SimulmtError  # noqa: E402
-from simulmt.live_text import Boundary, LiveText, Rejected, Word  # noqa: E402
+from simulmt.text.live_text import Boundary, LiveText, Rejected, Word  # noqa: E402
 from simulmt.service.app import SLICE_CHARS  # noqa: E402
 from simulmt.service.guard import Access, FailedTokens, given_token, read_token  # noqa: E402
 from simulmt.service.server import ServeOptions  # noqa: E402

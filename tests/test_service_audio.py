@@ -15,7 +15,7 @@ from websockets.sync.client import connect  # noqa: E402
 
 from helpers import tiny_translator  # noqa: E402
 from simulmt.service.audio import _resampler  # noqa: E402
-from simulmt.segment import split_sentences  # noqa: E402
+from simulmt.text.segment import split_sentences  # noqa: E402
 from simulmt.speech.recognizer import RecognizerOptions  # noqa: E402
 from test_service import receive_all, running  # noqa: E402
 from test_speech_cascade import SCRIPT, FakeWhisper, spoken  # noqa: E402

@@ -11,7 +11,9 @@ import pytest
 from helpers import tiny_translator, write_test_set
 from simulmt import cli
 from simulmt.errors import SimulmtError
-from simulmt.evaluate import TIMING_KEYS, EvaluateOptions, evaluate, shard_bounds
+from simulmt.evaluation.grid import evaluate, shard_bounds
+from simulmt.evaluation.options import EvaluateOptions
+from simulmt.evaluation.run_dir import TIMING_KEYS
 
 SOURCES = ["The weather is nice today.", "The children are playing in the garden.", "",
            "Where is the train station?", "A man rides a bike."]

@@ -44,15 +44,15 @@ def test_without_simuleval_the_import_says_what_to_install(monkeypatch):
     for name in [name for name in sys.modules if name == "simuleval" or name.startswith("simuleval.")]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "simuleval", None)
-    monkeypatch.delitem(sys.modules, "simulmt.simuleval_agent", raising=False)
+    monkeypatch.delitem(sys.modules, "simulmt.evaluation.simuleval_agent", raising=False)
     with pytest.raises(ImportError, match="needs SimulEval 1.1.4") as caught:
-        importlib.import_module("simulmt.simuleval_agent")
+        importlib.import_module("simulmt.evaluation.simuleval_agent")
     assert isinstance(caught.value, SimulmtError)
     import simulmt  # noqa: F401  (the package itself never needs SimulEval)
 
 
 def _agent(**settings):
-    from simulmt.simuleval_agent import SimulmtAgent
+    from simulmt.evaluation.simuleval_agent import SimulmtAgent
 
     return SimulmtAgent(Namespace(**settings), translator=tiny_translator("llama"))
 
@@ -138,7 +138,7 @@ def test_an_empty_source_line_gives_an_empty_translation():
 
 @needs_simuleval
 def test_invalid_settings_fail_before_the_model_loads():
-    from simulmt.simuleval_agent import SimulmtAgent
+    from simulmt.evaluation.simuleval_agent import SimulmtAgent
 
     with pytest.raises(SimulmtError, match="unknown layout 'nope'"):
         SimulmtAgent(Namespace(layout="nope", model="/nonexistent"))
@@ -148,7 +148,7 @@ def test_invalid_settings_fail_before_the_model_loads():
 
 @needs_simuleval
 def test_the_simuleval_command_line(tmp_path):
-    """``simuleval --agent-class simulmt.simuleval_agent.SimulmtAgent ...`` on a tiny model saved to disk."""
+    """``simuleval --agent-class simulmt.evaluation.simuleval_agent.SimulmtAgent ...`` on a tiny model saved to disk."""
     tiny = tiny_translator("llama")
     model_dir = tmp_path / "tiny"
     tiny.model.save_pretrained(model_dir)
@@ -158,7 +158,7 @@ def test_the_simuleval_command_line(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", ""), str(SIMULEVAL_DIR)])}
     done = subprocess.run(
-        [sys.executable, "-m", "simuleval.cli", "--agent-class", "simulmt.simuleval_agent.SimulmtAgent",
+        [sys.executable, "-m", "simuleval.cli", "--agent-class", "simulmt.evaluation.simuleval_agent.SimulmtAgent",
          "--source", str(tmp_path / "src"), "--target", str(tmp_path / "tgt"), "--output", str(tmp_path / "out"),
          "--model", str(model_dir), "--layout", "expost", "--policy", "wait-k", "--k", "2", "--read-n", "4",
          "--no-progress-bar"],
@@ -175,7 +175,8 @@ def test_the_simuleval_command_line(tmp_path):
 def test_agent_scores_equal_simulmt_evaluate(tmp_path):
     """The same sentences under SimulEval's evaluator with the agent and under ``simulmt evaluate``: the same
     predictions and delays, and the same BLEU, AL, LAAL, AP and DAL (SimulEval's own scorers on its side)."""
-    from simulmt.evaluate import EvaluateOptions, evaluate
+    from simulmt.evaluation.grid import evaluate
+    from simulmt.evaluation.options import EvaluateOptions
 
     agent = _agent(layout="expost", policy="wait-k", k=2)
     evaluator = _evaluate(agent, tmp_path)
@@ -198,7 +199,7 @@ def _write(path: Path, data: bytes) -> str:
 
 @needs_simuleval
 def test_files_that_are_not_utf8_stop_the_command_before_the_model_loads(tmp_path):
-    from simulmt.simuleval_agent import SimulmtAgent
+    from simulmt.evaluation.simuleval_agent import SimulmtAgent
 
     good = _write(tmp_path / "good", "\n".join(SOURCES).encode() + b"\n")
     bad = _write(tmp_path / "bad", SOURCES[0].encode() + b"\nHello \xff\xfe world .\n")

@@ -50,7 +50,7 @@ def test_a_talk_runs_under_simulstream_inference_and_is_scored_by_the_harness(tm
         f"- {{wav: talk.wav, offset: {seconds + 0.5}, duration: {seconds}}}\n")
     (tmp_path / "references.txt").write_text("Ein Mann fährt im Park Fahrrad.\nEin Mann fährt im Park Fahrrad.\n")
     (tmp_path / "talk.yaml").write_text("\n".join([
-        "type: simulmt.speech.simulstream_processor.SimulmtProcessor", "speech_chunk_size: 1.0",
+        "type: simulmt.evaluation.simulstream_processor.SimulmtProcessor", "speech_chunk_size: 1.0",
         f"model: {model}", "adapter: none", "layout: expost", "policy: wait-k", "k: 2", "context_pairs: 1",
         "device: cpu", "dtype: float32", "detokenizer_type: simuleval", "latency_unit: word"]) + "\n")
     run("simulstream_inference", "--speech-processor-config", "talk.yaml", "--wav-list-file", "wavs.txt",

@@ -10,7 +10,7 @@ from statistics import mean
 import pytest
 from pytest import approx
 
-from simulmt.evaluate import score_instances
+from simulmt.evaluation.scores import score_instances
 from simulmt.metrics.latency import SPEECH_ATD_SOURCE_WORD_MS, average_token_delay_ms
 
 
@@ -167,7 +167,10 @@ def test_text_instances_keep_word_atd_and_no_atd_ca():
 def test_evaluate_on_audio_reports_atd_in_ms(tmp_path):
     from test_speech_model import tiny_speech, write_audio_set
 
-    from simulmt.evaluate import EvaluateOptions, evaluate, read_log, table_rows
+    from simulmt.evaluation.grid import evaluate
+    from simulmt.evaluation.options import EvaluateOptions
+    from simulmt.evaluation.reports import table_rows
+    from simulmt.evaluation.run_dir import read_log
 
     write_audio_set(tmp_path)
     options = EvaluateOptions(source_audio=str(tmp_path / "audio.list"), reference=str(tmp_path / "ref.de"),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from helpers import through_simuleval_agent, tiny_translator
-from simulmt.segment import split_sentences
+from simulmt.text.segment import split_sentences
 from simulmt.speech.cascade import CascadeTranslator
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
 from simulmt.speech.recognizer import RecognizerOptions, StreamingRecognizer
@@ -82,7 +82,7 @@ def cascade(pause_ms: float = 1000.0, **options) -> CascadeTranslator:
 
 def test_a_pause_between_heard_words_ends_the_sentence_live_and_batched(tmp_path):
     """No punctuation after "riding", but 1.5 s of silence: the talk cuts there (not with a longer pause_ms)."""
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     silence = np.zeros(24000, dtype=np.float32)
     audio = np.concatenate([spoken()[:4 * WORD], silence, spoken()[4 * WORD:]])
@@ -118,7 +118,7 @@ def test_the_recogniser_confirms_every_word_once_with_a_bounded_buffer():
 
 
 def test_the_cascade_translates_sentence_by_sentence_and_live_equals_batched(tmp_path):
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     tr = cascade()
     audio = spoken()
@@ -152,7 +152,7 @@ def test_a_learned_policy_decides_once_per_update_live_and_batched(tmp_path, mon
     import torch
 
     from simulmt.core.learned_policy import PolicyHead
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     tr = cascade()
     hidden = tr.translator.model.config.hidden_size
@@ -190,7 +190,7 @@ def test_the_simuleval_speech_agent_runs_the_cascade_by_default():
     from argparse import Namespace
 
     pytest.importorskip("simuleval", reason="SimulEval 1.1.4 (setup.sh puts it in .simuleval/)")
-    from simulmt.speech.simuleval_agent import SimulmtSpeechAgent
+    from simulmt.evaluation.simuleval_speech_agent import SimulmtSpeechAgent
 
     tr = cascade()
     agent = SimulmtSpeechAgent(Namespace(k=2), speech=tr)

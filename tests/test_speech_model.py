@@ -87,7 +87,7 @@ def test_mismatched_parts_are_refused():
 
 def write_audio_set(folder, seconds=(1.3, 2.1)):
     """WAV files of ``seconds``, their list ``audio.list`` and two references ``ref.de``, in ``folder``."""
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     names = []
     for i, s in enumerate(seconds):
@@ -102,7 +102,7 @@ def test_translate_audio_from_the_command_line(tmp_path, monkeypatch, capsys):
     files and missing options are clear errors."""
     from simulmt import cli
     from simulmt.speech import model as speech_model
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     sp = tiny_speech()
     monkeypatch.setattr(speech_model.SpeechTranslator, "load", classmethod(lambda cls, folder, **kw: sp))
@@ -130,7 +130,9 @@ def test_translate_audio_from_the_command_line(tmp_path, monkeypatch, capsys):
 def test_evaluate_on_audio_scores_in_ms(tmp_path):
     """``simulmt evaluate --source-audio LIST``: the grid runs on WAV files; instances.log is SimulEval's speech
     log (delays and source length in ms of audio), *_CA adds the compute, and a missing file is named at once."""
-    from simulmt.evaluate import EvaluateOptions, evaluate, read_log
+    from simulmt.evaluation.grid import evaluate
+    from simulmt.evaluation.options import EvaluateOptions
+    from simulmt.evaluation.run_dir import read_log
 
     sp = tiny_speech()
     write_audio_set(tmp_path)
@@ -209,7 +211,7 @@ def test_the_simuleval_speech_agent_gives_what_the_session_gives():
     """SimulEval's speech segments (320 ms of float samples each) through the agent: the words it writes are the
     speech session's, and each is written no earlier than its block was available."""
     pytest.importorskip("simuleval", reason="SimulEval 1.1.4 (setup.sh puts it in .simuleval/)")
-    from simulmt.speech.simuleval_agent import SimulmtSpeechAgent
+    from simulmt.evaluation.simuleval_speech_agent import SimulmtSpeechAgent
 
     sp = tiny_speech()
     agent = SimulmtSpeechAgent(Namespace(layout="interleaved", policy="wait-k", k=2), speech=sp)
@@ -226,7 +228,7 @@ def test_bench_on_audio_measures_rtf_and_streaming_against_offline(tmp_path, mon
     from simulmt import cli
     from simulmt.core.learned_policy import PolicyHead
     from simulmt.speech import model as speech_model
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     sp = tiny_speech()
     d = sp.translator.model.config.hidden_size
@@ -265,7 +267,7 @@ def test_bench_on_audio_measures_rtf_and_streaming_against_offline(tmp_path, mon
 def test_batched_files_give_the_live_path_s_words_delays_and_times(tmp_path):
     """``translate_iter(batch_size > 1)`` (what ``evaluate --source-audio --batch-size N`` runs) equals the live
     one-at-a-time path in everything but wall times; a file that cannot be read fails alone, in its place."""
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     sp = tiny_speech("gemma3")
     paths = []
@@ -320,7 +322,8 @@ def test_a_speech_run_of_the_learned_policy_says_when_it_decides(tmp_path, monke
     """A learned speech run's config says whether it decided once per block or after every word, and a run
     directory written one way is not resumed the other way (its sentences would mix two policies)."""
     from simulmt.core.learned_policy import PolicyHead
-    from simulmt.evaluate import EvaluateOptions, evaluate
+    from simulmt.evaluation.grid import evaluate
+    from simulmt.evaluation.options import EvaluateOptions
     from simulmt.speech.model import SpeechTranslator
 
     sp = tiny_speech()

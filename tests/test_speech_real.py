@@ -1,7 +1,8 @@
 """Speech with the real models on voices no shipped model was trained on (issue 38's regression tests): the
 default `translate --audio` (Whisper tiny.en + LocalAgreement feeding the text model) and the shipped end-to-end
 speech model with its card's defaults both write a translation of about the source's length. Slow: real weights;
-the audio is synthesised (espeak-ng accents and variants outside simulmt.speech.synth.DEFAULT_VOICES, and flite)."""
+the audio is synthesised (espeak-ng accents and variants outside simulmt.finetune.speech.synth.DEFAULT_VOICES, and
+flite)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from simulmt.speech.synth import DEFAULT_VOICES
+from simulmt.finetune.speech.synth import DEFAULT_VOICES
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +28,8 @@ VOICES = ["espeak:en-gb-x-gbcwmd", "flite:slt"]
 def speak(voice: str, text: str, path: Path) -> Path:
     engine, name = voice.split(":")
     if engine == "synth":  # the training corpus's synthesis (espeak-ng word by word, then sox)
-        from simulmt.speech.synth import synthesise_sentence, write_wav
+        from simulmt.finetune.speech.synth import synthesise_sentence
+        from simulmt.speech.wav import write_wav
 
         write_wav(path, synthesise_sentence(text.split(), voice=name, seed=1)[0], 16000)
         return path
@@ -65,8 +67,8 @@ def test_translate_audio_with_no_options_writes_a_translation_of_the_source_leng
                                                                                    capsys):
     """Before session 23 `translate --audio` ran the EASiST model with the text defaults (expost, wait-3) and
     wrote one or two words; the regression is about the defaults, so the end-to-end model is heard in its domain
-    (its voices, synthesised word by word as its training corpus was: simulmt.speech.synth; on other speech it hears
-    badly, which is why the recogniser is the default)."""
+    (its voices, synthesised word by word as its training corpus was: simulmt.finetune.speech.synth; on other speech it
+    hears badly, which is why the recogniser is the default)."""
     from simulmt.cli import main
     from simulmt.metrics.quality import bleu
     from simulmt.speech.model import SHIPPED_SPEECH_MODEL
@@ -89,7 +91,7 @@ def test_translate_audio_with_no_options_writes_a_translation_of_the_source_leng
 def test_the_recogniser_hears_unseen_voices(tmp_path):
     from simulmt.speech.ctc import token_error_rate
     from simulmt.speech.recognizer import RecognizerOptions, StreamingRecognizer, Whisper
-    from simulmt.speech.translate_audio import read_audio
+    from simulmt.speech.wav import read_audio
 
     whisper = Whisper(RecognizerOptions())
     references, heard = [], []
@@ -120,7 +122,7 @@ def test_a_short_buffer_is_decoded_in_a_short_window(tmp_path, voice):
     heard (which window hears a given sentence better varies; benchmarks/speech_voices.py compares them over many),
     with segment times inside the audio, in order."""
     from simulmt.speech.recognizer import RATE, RecognizerOptions, Whisper, as_float_audio
-    from simulmt.speech.translate_audio import read_audio
+    from simulmt.speech.wav import read_audio
 
     source = SENTENCES[0][0]
     audio = as_float_audio(read_audio(str(speak(voice, source, tmp_path / "s.wav"))))

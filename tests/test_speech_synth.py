@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from simulmt.errors import SimulmtError
-from simulmt.speech import synth
-from simulmt.speech.synth import (SynthOptions, read_manifest, read_wav, synthesise_corpus, synthesise_sentence,
-                                  write_wav)
+from simulmt.finetune.speech import synth
+from simulmt.finetune.speech.synth import SynthOptions, read_manifest, synthesise_corpus, synthesise_sentence
+from simulmt.speech.wav import read_wav, write_wav
 
 # under CI (.ci/run installs them) a missing tool fails the tests instead of skipping them
 needs_tools = pytest.mark.skipif((shutil.which("espeak-ng") is None or shutil.which("sox") is None)

@@ -18,11 +18,11 @@ from transformers.models.whisper.modeling_whisper import WhisperEncoder
 from helpers import tiny_interleaved_translator
 from simulmt.core.learned_policy import HEAD_FILE, Learned, PolicyHead
 from simulmt.errors import SimulmtError
+from simulmt.finetune.speech.options import SpeechTrainOptions
+from simulmt.finetune.speech.train import block_delays, train_speech
 from simulmt.speech.adapter import SpeechAdapter
 from simulmt.speech.model import SPEECH_FILE, SpeechTranslator
 from simulmt.speech.streaming_encoder import StreamingEncoderConfig
-from simulmt.speech.options import SpeechTrainOptions
-from simulmt.speech.train import block_delays, train_speech
 
 pytestmark = pytest.mark.skipif((shutil.which("espeak-ng") is None or shutil.which("sox") is None)
                                 and not os.environ.get("CI"),
@@ -33,7 +33,7 @@ TARGETS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Park.", "Das Mädc
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from simulmt.speech.synth import SynthOptions, synthesise_corpus
+    from simulmt.finetune.speech.synth import SynthOptions, synthesise_corpus
 
     folder = tmp_path_factory.mktemp("speech")
     (folder / "src.en").write_text("\n".join(SOURCES) + "\n")
@@ -67,7 +67,7 @@ def test_block_delays_follow_the_words_end_times():
 def test_the_simul_stage_mixes_wait_k_tails_into_its_read_n_chunks_with_k_mix(tmp_path):
     import random
 
-    from simulmt.speech.train import SpeechItem, speech_example
+    from simulmt.finetune.speech.train import SpeechItem, speech_example
 
     # 4 source words, one per block; 4 target words
     item = SpeechItem("u", [torch.zeros(2, 8)] * 4, [400.0, 800.0, 1200.0, 1600.0], "a b c d", "w x y z",
@@ -107,7 +107,7 @@ def test_the_three_stages_and_the_trained_speech_model(corpus, parts, tmp_path):
     tr = parts["translator"]
     speech = SpeechTranslator(tr, parts["encoder"], parts["extractor"], SpeechAdapter.load(final),
                               StreamingEncoderConfig(320, 640))
-    from simulmt.speech.synth import read_manifest
+    from simulmt.finetune.speech.synth import read_manifest
 
     audio = read_manifest(corpus)[2].read_audio()
     head = PolicyHead.load(final)
@@ -155,7 +155,7 @@ def test_the_speech_stages_are_finetune_recipes(monkeypatch, tmp_path, capsys):
     """``simulmt finetune --recipe speech-align|speech-simul|speech-policy`` runs finetune-speech's stage with the
     same options; a text recipe is untouched."""
     from simulmt import cli
-    from simulmt.speech import train as speech_train
+    from simulmt.finetune.speech import train as speech_train
 
     seen = []
     monkeypatch.setattr(speech_train, "train_speech", lambda o: seen.append(o) or {"stage": o.stage})
@@ -178,7 +178,7 @@ def test_speech_json_names_folders_relative_to_the_model(tmp_path, monkeypatch):
     """A speech model folder moves with its checkout: the LLM adapter and model folders it names are stored
     relative to it (and found from it); packaged names and shipped adapters stay names."""
     from simulmt.speech.model import _adapter_of
-    from simulmt.speech.train import _relative
+    from simulmt.finetune.speech.train import _relative
 
     adapter = tmp_path / "runs" / "head" / "adapter"
     adapter.mkdir(parents=True)
@@ -295,8 +295,8 @@ def test_the_encoders_top_layers_train_with_the_adapter_and_travel_with_the_mode
 
     from simulmt.speech.encoder_top import ENCODER_FILE, EncoderTop, apply_tuned, tuned_first_layer
     from simulmt.speech.streaming_encoder import encode_utterance
-    from simulmt.speech.synth import read_manifest
-    from simulmt.speech.train import item_blocks, load_items
+    from simulmt.finetune.speech.synth import read_manifest
+    from simulmt.finetune.speech.train import item_blocks, load_items
 
     torch.manual_seed(3)
     base = WhisperEncoder(WhisperConfig(d_model=16, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=32,

@@ -121,7 +121,7 @@ def spelling_speech(arch: str = "llama") -> SpeechTranslator:
 
 def write_clips(folder, clips) -> list:
     """The clips (float audio) as 16-bit WAV files u0.wav, u1.wav, ... in ``folder``."""
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     paths = [folder / f"u{n}.wav" for n in range(len(clips))]
     for path, x in zip(paths, clips):
@@ -205,7 +205,7 @@ def test_the_demo_and_translate_audio_show_a_spelling_model_s_words(tmp_path, mo
 
     from simulmt import cli
     from simulmt.speech import model as speech_model
-    from simulmt.speech.synth import write_wav
+    from simulmt.speech.wav import write_wav
 
     sp = spelling_speech()
     monkeypatch.setattr(sp.translator, "policy_head", None)  # the demo streams wait-k when there is no head
@@ -230,7 +230,9 @@ def test_evaluating_a_spelling_model_logs_words_and_what_was_heard(tmp_path):
 
     from test_speech_model import write_audio_set
 
-    from simulmt.evaluate import EvaluateOptions, evaluate, read_log
+    from simulmt.evaluation.grid import evaluate
+    from simulmt.evaluation.options import EvaluateOptions
+    from simulmt.evaluation.run_dir import read_log
 
     sp = spelling_speech()
     write_audio_set(tmp_path, seconds=(2.3, 3.1))

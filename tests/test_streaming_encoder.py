@@ -301,7 +301,7 @@ def test_one_stream_per_encoder(encoder, extractor):
 
 @pytest.mark.slow
 def test_real_tiny_en_on_the_shipped_sample():
-    from simulmt.speech.synth import read_wav
+    from simulmt.speech.wav import read_wav
     from simulmt.speech.whisper_ct2 import whisper_encoder
 
     try:

@@ -20,7 +20,8 @@ from simulmt.core.policies import ReadN, WaitK
 from simulmt.core.session import DecodeConfig
 from simulmt.core.talk import ContextWindow, context_prompts
 from simulmt.errors import SimulmtError
-from simulmt.segment import merge_translations, split_sentences
+from simulmt.core.translation import merge_translations
+from simulmt.text.segment import split_sentences
 from tiny_models import CORPUS
 
 SENTENCES = [line.rstrip(".") + "." for line in CORPUS if line.split()][:6]
@@ -235,7 +236,7 @@ def test_training_with_context_lays_out_a_talks_prompts_and_keeps_parity(arch, r
     from simulmt.finetune import data
     from simulmt.finetune.recipes import Recipe
     from simulmt.finetune.schedules import Schedule
-    from simulmt.parity import teacher_forced_parity
+    from simulmt.finetune.parity import teacher_forced_parity
 
     tr = tiny_translator(arch)
     window = ContextWindow(pairs=2, tokens=80)

@@ -7,8 +7,8 @@ import io
 import pytest
 
 from simulmt.errors import SimulmtError
-from simulmt.text_input import (Line, check_text, decode_line, read_lines, read_text_lines, require_text,
-                                split_lines, stream_lines)
+from simulmt.text.text_input import (Line, check_text, decode_line, read_lines, read_text_lines, require_text,
+                                     split_lines, stream_lines)
 
 
 def texts(lines: list[Line]) -> list[str | None]:

@@ -28,7 +28,7 @@ order, timings aside; the same scores and signatures), and writes the grid's rep
 merges again.
 
 Python: ``evaluate(translator, EvaluateOptions(...)) -> list[RunResult]``; ``score_path(path)`` rescores (both in
-``simulmt.evaluation.grid``; ``simulmt.evaluate`` hands every name on, as when this was one module).
+``simulmt.evaluation.grid``; import each name from the file that defines it).
 
 Read it bottom up, each file one concept:
 
@@ -37,7 +37,14 @@ Read it bottom up, each file one concept:
 * ``testset``: the line-aligned source (text, or a list of WAV files) and references, with their hashes;
 * ``run_dir``: a run directory: config.json, the resumable instances.log, its lock, ``translate_run``;
 * ``scores``: scores.json, a pure function of the log and the recorded settings;
-* ``reports``: the grid's results.md, results.json, bleu_laal.png and the table on the terminal;
+* ``reports``: the grid's results.md, results.json, bleu_laal.png (drawn by ``plots``) and the table on the terminal;
 * ``grid``: ``evaluate`` (every run of the grid), its shards and their merge, ``score_path``;
 * ``command``: ``simulmt evaluate`` and ``simulmt score``.
+
+simulmt under the community's own harnesses (each module needs its harness installed; ``import simulmt`` imports
+none of them):
+
+* ``simuleval_agent``, ``simuleval_speech_agent``: SimulEval 1.1.4 agents, text-to-text and speech-to-text (the
+  recogniser cascade, or a speech model);
+* ``simulstream_processor``: a SimulStream speech processor (the IWSLT harness): the cascade on whole talks.
 """

@@ -89,7 +89,7 @@ def results_markdown(results: list[RunResult]) -> str:
 
 def write_reports(directory: Path, results: list[RunResult]) -> None:
     """results.json, results.md and bleu_laal.png of a grid."""
-    from simulmt.plots import plot_bleu_laal
+    from simulmt.evaluation.plots import plot_bleu_laal
 
     if not results:
         raise SimulmtError("no runs to report")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from simulmt.errors import SimulmtError
-from simulmt.text_input import require_text, split_lines
+from simulmt.text.text_input import require_text, split_lines
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,8 @@ class TestSet:
 
 
 def _read_lines(path: Path, what: str) -> tuple[list[str], str]:
-    """The stripped lines of a file (simulmt.text_input's rule; a line that is not UTF-8 is an error naming the file
-    and the line) and the SHA-256 of its bytes."""
+    """The stripped lines of a file (simulmt.text.text_input's rule; a line that is not UTF-8 is an error naming the
+    file and the line) and the SHA-256 of its bytes."""
     try:
         data = path.read_bytes()
     except OSError as exc:

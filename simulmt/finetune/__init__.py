@@ -9,7 +9,10 @@
 * ``trainer``: ``SimulTrainer`` (loss on labelled tokens, logits only there), ``finetune(options)``, the
   evaluation at the end (BLEU, LAAL through the streaming engine) and the ``training.json`` card;
 * ``options``: ``FinetuneOptions``, the typed options of ``simulmt finetune`` (light: the trainer imports them,
-  never the reverse).
+  never the reverse);
+* ``parity``: the check that training and streaming agree (the training forward's logits equal the streaming
+  proposals' along the same schedule), for a new layout or architecture;
+* ``speech/``: the speech model's training stages (``simulmt finetune-speech``) and the speech corpus synthesiser.
 
 Importing this package is light; ``simulmt.finetune.trainer`` imports transformers and peft.
 """

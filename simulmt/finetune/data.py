@@ -29,7 +29,7 @@ from simulmt.errors import SimulmtError
 from simulmt.core.examples import IGNORE, TrainingExample
 from simulmt.core.prompt_format import source_units, word_tokens
 from simulmt.core.talk import ContextWindow, context_prompts
-from simulmt.text_input import read_lines, require_text
+from simulmt.text.text_input import read_lines, require_text
 from simulmt.finetune.pretokenized import Pretokenized
 
 
@@ -47,7 +47,8 @@ class PairStats:
 
 
 def _read_lines(path: str | Path, what: str) -> list[str]:
-    """simulmt.text_input's rule: split at "\\n" only, strict UTF-8; a bad line is an error naming file and line."""
+    """simulmt.text.text_input's rule: split at "\\n" only, strict UTF-8; a bad line is an error naming file and
+    line."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise SimulmtError(f"{what}: file not found: {p}")

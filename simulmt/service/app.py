@@ -64,7 +64,7 @@ from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
 from simulmt.core.stream_options import DEFAULTS, StreamOptions as checked_options
 from simulmt.errors import SimulmtError
-from simulmt.live_text import LiveText
+from simulmt.text.live_text import LiveText
 from simulmt.service.audio import AudioIntake
 from simulmt.service.guard import Access, FailedTokens, Guard, given_token, same_token
 from simulmt.service.hub import Backlog, words_in

@@ -40,7 +40,7 @@ from simulmt.core.stream import Status
 from simulmt.core.talk import ContextWindow, Talk
 from simulmt.core.translation import Translation
 from simulmt.errors import SimulmtError
-from simulmt.live_text import Boundary, LiveText, Rejected, Word
+from simulmt.text.live_text import Boundary, LiveText, Rejected, Word
 from simulmt.service.limits import MAX_WORD_CHARS, MAX_WORD_TOKENS
 
 Sink = Callable[[dict], None]

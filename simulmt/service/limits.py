@@ -11,7 +11,7 @@
   without spaces would otherwise grow without bound, and cost every stream the time to tokenize it).
 """
 
-from simulmt.live_text import DEFAULT_MAX_WORD_CHARS
+from simulmt.text.live_text import DEFAULT_MAX_WORD_CHARS
 
 MAX_BACKLOG = 256
 MAX_BUFFER_CHARS = 1_000_000

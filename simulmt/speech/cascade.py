@@ -29,7 +29,7 @@ import numpy as np
 
 from simulmt.core.stream import Translation, WrittenWord
 from simulmt.errors import SimulmtError
-from simulmt.segment import DEFAULT_MAX_WORDS
+from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
 from simulmt.speech.model import SpeechTranslation, play, policy_for_speech
 from simulmt.speech.recognizer import ConfirmedWord, RecognizerOptions, StreamingRecognizer, Whisper, as_float_audio
 
@@ -104,7 +104,7 @@ class CascadeTranslator:
         1: each file as a live stream; more: each file's recognition first, then the sentences of up to
         ``batch_size`` files' on one engine (the same words and delays; ``elapsed``: the engine's time plus the
         recogniser's compute up to the update that confirmed the word's last source word)."""
-        from simulmt.speech.translate_audio import read_audio
+        from simulmt.speech.wav import read_audio
 
         layout, policy = kwargs.pop("layout", "expost"), kwargs.pop("policy", "wait-k")
         if batch_size > 1:
@@ -136,7 +136,7 @@ class CascadeTranslator:
 
     def _translate_batched(self, paths, batch_size: int, layout: str, policy: str, **kwargs):
         from simulmt.core.engine import Engine, run_ordered
-        from simulmt.speech.translate_audio import read_audio
+        from simulmt.speech.wav import read_audio
 
         self.translator.check_stream(layout, policy, **kwargs)
         kwargs = dict(kwargs)

@@ -31,9 +31,9 @@ import torch
 from torch import nn
 
 from simulmt.errors import SimulmtError
-from simulmt.speech.options import CTC_HEADS
 
 HEAD_WEIGHTS, HEAD_CONFIG = "ctc_head.safetensors", "ctc_head.json"
+CTC_HEADS = ("tied", "free")  # the ctc stage's scorers (CTCScorer)
 
 
 def collapse(classes: list[int], previous: int = 0) -> tuple[list[int], int]:

@@ -5,7 +5,7 @@ model folder (EASiST, ``--speech-model``), with the stream defaults each was mad
 from __future__ import annotations
 
 from simulmt.core.prompt_format import language_code
-from simulmt.segment import DEFAULT_MAX_WORDS
+from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
 
 
 def load_speech(speech_model: str | None, *, model: str | None = None, adapter: str = "auto",

@@ -209,7 +209,7 @@ class SpeechTranslator:
         with ``error`` set. ``batch_size`` 1: one utterance at a time, fed as a live stream (so *_CA measures what
         one live stream costs); more: that many utterances advanced together on the model (``_translate_batched``:
         the same predictions and delays)."""
-        from simulmt.speech.translate_audio import read_audio
+        from simulmt.speech.wav import read_audio
 
         layout, policy = kwargs.pop("layout", "interleaved"), kwargs.pop("policy", "wait-k")
         if batch_size > 1:
@@ -233,7 +233,7 @@ class SpeechTranslator:
         and adapter time of the blocks read before it (the utterance's time, pro rata over its blocks; a spelled
         word counts the blocks up to the one that completed it)."""
         from simulmt.core.engine import Engine, run_ordered
-        from simulmt.speech.translate_audio import read_audio
+        from simulmt.speech.wav import read_audio
 
         facts: dict[int, dict] = {}  # id(stream) -> path, per unit: available ms and blocks read; the compute
         engine = Engine(self.translator.runner)

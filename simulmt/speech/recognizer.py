@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulmt.errors import SimulmtError
-from simulmt.segment import ends_sentence
+from simulmt.core.sentence_ends import ends_sentence
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
 
 RATE = 16000

@@ -1,5 +1,5 @@
 """``simulmt finetune-speech`` options: one typed dataclass, the Python API's config and the CLI's flags (the
-training itself is ``simulmt.speech.train``; this module imports nothing heavy)."""
+training itself is ``simulmt.finetune.speech.train``; this module imports nothing heavy)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from dataclasses import dataclass, field
 
 from simulmt.errors import SimulmtError
 from simulmt.option_fields import language_field
+from simulmt.speech.ctc import CTC_HEADS
 
 STAGES = ("ctc", "align", "simul", "policy")
-CTC_HEADS = ("tied", "free")  # the ctc stage's scorers (simulmt.speech.ctc.CTCScorer)
 
 
 @dataclass(frozen=True)
 class SpeechTrainOptions:
     corpus: str = field(default="", metadata={
-        "help": "manifest.jsonl of a speech corpus (python -m simulmt.speech.synth corpus ...); required",
+        "help": "manifest.jsonl of a speech corpus (python -m simulmt.finetune.speech.synth corpus ...); required",
         "metavar": "FILE"})
     stage: str = field(default="align", metadata={
         "help": "ctc (optional, cheap: the adapter against the LLM's token embeddings, no LLM forward) | align | "
@@ -76,7 +76,8 @@ class SpeechTrainOptions:
 
     def __post_init__(self):
         if not self.corpus:
-            raise SimulmtError("--corpus is required: a speech corpus manifest (python -m simulmt.speech.synth corpus)")
+            raise SimulmtError("--corpus is required: a speech corpus manifest "
+                               "(python -m simulmt.finetune.speech.synth corpus)")
         if self.stage not in STAGES:
             raise SimulmtError(f"unknown speech stage {self.stage!r}; choose one of: {', '.join(STAGES)}")
         if self.stage in ("simul", "policy") and self.speech_adapter is None:

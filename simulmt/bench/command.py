@@ -44,7 +44,7 @@ from simulmt.option_fields import (adapter_field, device_field, dtype_field, k_f
 from simulmt.core.placed import Role
 from simulmt.core.policies import POLICIES, Offline, Policy, make_policy
 from simulmt.core.prompt_format import language_name
-from simulmt.text_input import read_lines, require_text
+from simulmt.text.text_input import read_lines, require_text
 
 if typing.TYPE_CHECKING:
     from simulmt.core.session import StreamingSession
@@ -487,8 +487,8 @@ def write_outputs(bench: Bench, directory: Path) -> tuple[Path, Path]:
 
 # ---- the command -------------------------------------------------------------------------------------------------
 def read_sentences(path: str, lines: int) -> tuple[list[str], list[int]]:
-    """The first ``lines`` non-empty lines of a file, and their 1-based line numbers (simulmt.text_input's rule;
-    a line that is not UTF-8 is an error naming the file and the line)."""
+    """The first ``lines`` non-empty lines of a file, and their 1-based line numbers (simulmt.text.text_input's
+    rule; a line that is not UTF-8 is an error naming the file and the line)."""
     sentences, numbers = [], []
     for line in read_lines(path, "source"):
         text = require_text([line], f"the source file {path}")[0]  # only the lines used must be UTF-8
@@ -566,10 +566,10 @@ def _output_ok(options: BenchOptions) -> bool:
 
 
 def _run_streams(options: BenchOptions, translator: "Translator", sentences: list[str]) -> int:
-    """``--streams``: the same sentences once per stream count (simulmt.throughput)."""
+    """``--streams``: the same sentences once per stream count (simulmt.bench.throughput)."""
     import torch
 
-    from simulmt import throughput
+    from simulmt.bench import throughput
 
     kwargs = dict(layout=options.layout_names[0], policy=options.policy_names[0], k=options.k, n=options.n,
                   slot=options.slot, phi=options.phi)
@@ -596,12 +596,12 @@ def _run_streams(options: BenchOptions, translator: "Translator", sentences: lis
 
 
 def _run_speech(options: BenchOptions) -> int:
-    """``--audio``: the speech model streamed over the files (simulmt.speech.bench)."""
+    """``--audio``: the speech model streamed over the files (simulmt.bench.speech)."""
     import torch
     from tqdm import tqdm
 
     from simulmt.core.policies import make_policy
-    from simulmt.speech import bench as speech_bench
+    from simulmt.bench import speech as speech_bench
     from simulmt.speech.loading import load_speech
 
     if not _output_ok(options):
@@ -610,7 +610,7 @@ def _run_speech(options: BenchOptions) -> int:
         torch.set_num_threads(options.threads)
     try:
         files = speech_bench.audio_files(options.audio)[: options.lines]
-        from simulmt.speech.translate_audio import read_audio
+        from simulmt.speech.wav import read_audio
 
         clips = [(str(f), read_audio(str(f))) for f in files]
         speech, defaults = load_speech(options.speech_model, model=options.model, adapter=options.adapter,

@@ -2,7 +2,7 @@
 the text model (``simulmt.speech.cascade``), or an end-to-end speech model (``--speech-model DIR``, whose card's
 layout, policy and tau are the defaults).
 
-    simuleval --agent-class simulmt.speech.simuleval_agent.SimulmtSpeechAgent \\
+    simuleval --agent-class simulmt.evaluation.simuleval_speech_agent.SimulmtSpeechAgent \\
         --source wavs.list --target ref.de --output out/ --source-type speech --target-type text \\
         [--model NAME --asr-model tiny.en --layout expost --policy wait-k --k 3]  |  [--speech-model DIR]
 
@@ -12,7 +12,7 @@ utterance in its states: each call pushes the samples that arrived since the las
 emits the blocks they complete), lets the session write what its policy allows, and returns it in one
 ``WriteAction`` (``finished=True`` with the last words once the audio has ended), or a ``ReadAction``.
 
-Like ``simulmt.simuleval_agent``, importing it without SimulEval raises ``SimulEvalMissingError``.
+Like ``simulmt.evaluation.simuleval_agent``, importing it without SimulEval raises ``SimulEvalMissingError``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from argparse import ArgumentParser, Namespace
 
 import numpy as np
 
-from simulmt.simuleval_agent import SimulEvalMissingError  # noqa: F401 (raises the install hint without SimulEval)
+from simulmt.evaluation.simuleval_agent import SimulEvalMissingError  # noqa: F401 (the install hint without SimulEval)
 from simulmt.speech.loading import load_speech
 from simulmt.speech.model import SpeechTranslation
 

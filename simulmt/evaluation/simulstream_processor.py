@@ -7,7 +7,7 @@ it confirms with one talk-level stream (``CascadeTranslator.session``: simulmt.c
 under ``simulstream_inference`` unchanged::
 
     # talk.yaml
-    type: simulmt.speech.simulstream_processor.SimulmtProcessor
+    type: simulmt.evaluation.simulstream_processor.SimulmtProcessor
     speech_chunk_size: 1.0          # seconds of audio per chunk
     model: gemma-3-270m             # any simulmt model (a folder, a packaged name); adapter: auto
     layout: expost

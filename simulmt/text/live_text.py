@@ -4,9 +4,9 @@ A client sends text in pieces: whole words, several words, or a word cut in two.
 partial word until the next whitespace (or the end) and returns what the translator should do, in order:
 ``Word(text)`` for every complete word, ``Boundary()`` before the first word of a new sentence.
 
-A sentence ends where ``simulmt.segment.ends_sentence`` says so (that needs the next word, so the boundary comes
-with the next word, one word late), at an explicit ``boundary()`` from the client, or after ``max_words`` words
-(the bound that keeps every sentence's context and time bounded, on a talk that runs for hours).
+A sentence ends where ``simulmt.core.sentence_ends.ends_sentence`` says so (that needs the next word, so the
+boundary comes with the next word, one word late), at an explicit ``boundary()`` from the client, or after
+``max_words`` words (the bound that keeps every sentence's context and time bounded, on a talk that runs for hours).
 
 A word is at most ``max_word_chars`` characters: a longer one (a complete word, or a partial one that grows past
 the bound while its end has not arrived) is dropped up to the next white space and ``Rejected(reason)`` is returned
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from simulmt.segment import DEFAULT_MAX_WORDS, ends_sentence
+from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS, ends_sentence
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ A line may hold more than a sentence (a talk pasted on one line, 40,000 words). 
 run for hours before it ran out of the model's context. So a line is split into sentences, each sentence is
 translated on its own (bounded: at most ``max_words`` source words, so at most ``a * max_words + b`` target words
 of at most ``max_tokens_per_word`` tokens each, see :class:`simulmt.core.session.DecodeConfig`), and the sentences'
-translations are merged into the line's (:func:`merge_translations`), with delays counted over the whole line as
-a stream would see them.
+translations are merged into the line's (:func:`simulmt.core.translation.merge_translations`), with delays
+counted over the whole line as a stream would see them.
 
 Where a sentence ends: :func:`simulmt.core.sentence_ends.ends_sentence` (a talk uses the same rule, talk.py).
 """
@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simulmt.core.sentence_ends import (ABBREVIATIONS, CLOSERS, DEFAULT_MAX_WORDS, OPENERS, TERMINALS,  # noqa: F401
-                                         ends_sentence)
-from simulmt.core.translation import merge_translations  # noqa: F401 (the line's translation from its sentences')
+from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS, ends_sentence
 from simulmt.errors import SimulmtError
 
 
@@ -36,4 +34,4 @@ def split_sentences(words: Sequence[str], max_words: int = DEFAULT_MAX_WORDS) ->
     return sentences
 
 
-__all__ = ["ABBREVIATIONS", "DEFAULT_MAX_WORDS", "ends_sentence", "merge_translations", "split_sentences"]
+__all__ = ["split_sentences"]

@@ -26,8 +26,8 @@ byte-identical audio. A corpus folder holds::
 
 Command line::
 
-    python -m simulmt.speech.synth corpus SOURCE TARGET OUT_DIR [--limit N] [--seed S] [--tempo 0.9,1.1] ...
-    python -m simulmt.speech.synth sentence "A man is riding a bike." OUT_STEM [--voice en-us] [--rate 175] ...
+    python -m simulmt.finetune.speech.synth corpus SOURCE TARGET OUT_DIR [--limit N] [--seed S] [--tempo 0.9,1.1] ...
+    python -m simulmt.finetune.speech.synth sentence "A man is riding a bike." OUT_STEM [--voice en-us] [--rate 175] ...
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ from pathlib import Path
 import numpy as np
 
 from simulmt.errors import SimulmtError
-from simulmt.text_input import read_text_lines
+from simulmt.speech.wav import read_wav, write_wav
+from simulmt.text.text_input import read_text_lines
 
 ESPEAK = "espeak-ng"
 SOX = "sox"
@@ -95,25 +96,6 @@ def tool_versions() -> dict[str, str]:
         return output.decode(errors="replace").strip().splitlines()[0]
     return {"espeak_ng": first_line(_run([ESPEAK, "--version"])).split("  Data at:")[0],
             "sox": first_line(_run([SOX, "--version"])).removeprefix("sox:").strip()}
-
-
-# ---- WAV files: 16-bit mono PCM ----------------------------------------------------------------------------------
-def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
-    """``(samples, sample_rate)`` of a 16-bit mono WAV file; samples: ``(T,)`` int16."""
-    with wave.open(str(path), "rb") as f:
-        if f.getnchannels() != 1 or f.getsampwidth() != 2:
-            raise SimulmtError(f"{path}: expected 16-bit mono PCM, got {f.getnchannels()} channel(s) of "
-                               f"{8 * f.getsampwidth()} bits")
-        return np.frombuffer(f.readframes(f.getnframes()), dtype="<i2").astype(np.int16), f.getframerate()
-
-
-def write_wav(path: str | Path, audio: np.ndarray, sample_rate: int) -> None:
-    """Write ``(T,)`` int16 ``audio`` as a 16-bit mono WAV file."""
-    with wave.open(str(path), "wb") as f:
-        f.setnchannels(1)
-        f.setsampwidth(2)
-        f.setframerate(sample_rate)
-        f.writeframes(np.asarray(audio, dtype="<i2").tobytes())
 
 
 # ---- one word, one sentence ------------------------------------------------------------------------------------
@@ -446,7 +428,8 @@ def _numbers(kind: type):
 
 def main(argv: list[str] | None = None) -> int:
     defaults = SynthOptions()
-    parser = argparse.ArgumentParser(prog="python -m simulmt.speech.synth", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m simulmt.finetune.speech.synth",
+                                     description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     corpus = commands.add_parser("corpus", help="speak a parallel corpus into a folder (wavs + manifest.jsonl)")
     corpus.add_argument("source", help="source text, one sentence a line")
@@ -488,8 +471,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["DEFAULT_VOICES", "NothingAudible", "Plan", "SynthOptions", "Utterance", "WordTiming", "check_voices",
-           "plan_utterance", "read_manifest", "read_wav", "require_tools", "synthesise_corpus",
-           "synthesise_sentence", "synthesise_word", "tool_versions", "trim_silence", "write_sentence", "write_wav"]
+           "plan_utterance", "read_manifest", "require_tools", "synthesise_corpus", "synthesise_sentence",
+           "synthesise_word", "tool_versions", "trim_silence", "write_sentence"]
 
 if __name__ == "__main__":
     sys.exit(main())

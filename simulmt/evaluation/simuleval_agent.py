@@ -1,6 +1,6 @@
 """A SimulEval 1.1.4 text-to-text agent that streams with simulmt (one ``StreamingSession`` per sentence).
 
-    simuleval --agent-class simulmt.simuleval_agent.SimulmtAgent \\
+    simuleval --agent-class simulmt.evaluation.simuleval_agent.SimulmtAgent \\
         --source src.en --target ref.de --output out/ \\
         --model smollm2-135m --layout expost --policy wait-k --k 3
 
@@ -16,9 +16,9 @@ Because a simulmt session writes a word as soon as its policy allows and SimulEv
 delays SimulEval records equal the session's own ``delays`` (for wait-k, ``min(k + j - 1, |X|)``).
 
 Input text: SimulEval reads ``--source`` and ``--target`` itself (``open()`` in text mode), after the agent is
-built. So :meth:`SimulmtAgent.from_args` first checks both files with :mod:`simulmt.text_input`'s rule: a line that
-is not UTF-8 ends the command with one line naming the file and the line (exit code 1), before the model loads,
-instead of SimulEval's ``UnicodeDecodeError`` traceback after it. SimulEval keeps a UTF-8 byte-order mark in the
+built. So :meth:`SimulmtAgent.from_args` first checks both files with :mod:`simulmt.text.text_input`'s rule: a
+line that is not UTF-8 ends the command with one line naming the file and the line (exit code 1), before the model
+loads, instead of SimulEval's ``UnicodeDecodeError`` traceback after it. SimulEval keeps a UTF-8 byte-order mark in the
 first word; the agent drops it (as ``simulmt evaluate`` does), and refuses a word holding a lone surrogate (text
 decoded with ``errors="surrogateescape"``) with a :class:`~simulmt.errors.SimulmtError`.
 
@@ -37,7 +37,7 @@ from simulmt.core.layouts import LAYOUTS, make_layout
 from simulmt.core.policies import make_policy
 from simulmt.core.prompt_format import language_name
 from simulmt.core.session import StreamingSession, Translation
-from simulmt.text_input import check_text, read_text_lines
+from simulmt.text.text_input import check_text, read_text_lines
 from simulmt.translator import Translator
 
 
@@ -51,11 +51,11 @@ try:
     from simuleval.agents.states import AgentStates
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise SimulEvalMissingError(
-        "simulmt.simuleval_agent needs SimulEval 1.1.4, which is not importable here "
+        "simulmt.evaluation.simuleval_agent needs SimulEval 1.1.4, which is not importable here "
         f"({exc}); install it, preferably in a separate virtual environment: "
         "python -m venv --system-site-packages sev && sev/bin/pip install simuleval==1.1.4") from exc
 
-logger = logging.getLogger("simulmt.simuleval_agent")
+logger = logging.getLogger("simulmt.evaluation.simuleval_agent")
 
 
 class SimulmtStates(AgentStates):

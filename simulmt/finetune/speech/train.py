@@ -54,10 +54,10 @@ from simulmt.errors import SimulmtError
 from simulmt.output_dir import check_output_dir
 from simulmt.finetune.oracle import correct_matrix, oracle_delays
 from simulmt.finetune.schedules import Schedule
+from simulmt.finetune.speech.options import SpeechTrainOptions
 from simulmt.speech.adapter import SpeechAdapter, SpeechAdapterConfig
 from simulmt.speech.encoder_top import EncoderTop, apply_tuned, tuned_first_layer
 from simulmt.speech.model import SPEECH_FILE, SpeechModelCard
-from simulmt.speech.options import SpeechTrainOptions
 from simulmt.speech.streaming_encoder import (StreamingEncoderConfig, encode_utterance, utterance_spans,
                                               window_states)
 
@@ -88,7 +88,7 @@ def load_items(options: SpeechTrainOptions, encoder, extractor, progress: bool =
     """The corpus's utterances with their encoder blocks, computed once and cached under OUT/blocks; with
     ``until_layer``, each block's window state entering that layer instead (``window_states``). ``tuned``: the
     digest of trained encoder weights in ``encoder`` (``encoder_top.apply_tuned``), which names the cache."""
-    from simulmt.speech.synth import read_manifest
+    from simulmt.finetune.speech.synth import read_manifest
 
     config = StreamingEncoderConfig(options.block_ms, options.left_context_ms)
     manifest = Path(options.corpus)

@@ -1,6 +1,6 @@
 """``simulmt demo --audio [--speech-model DIR]``: speech arrives piece by piece, words appear as they are written.
 
-The audio is a few sentences spoken by espeak-ng when it is installed (simulmt.speech.synth), else the short
+The audio is a few sentences spoken by espeak-ng when it is installed (simulmt.finetune.speech.synth), else the short
 sample the package ships. Each READ shows the piece taken in (its audio time), HEARD the words the recogniser
 confirmed (or, for an end-to-end model that reads the words its CTC head spells, the words that block completed); each WRITE the word and the audio time it was written at;
 a summary gives the compute per second of audio.
@@ -16,16 +16,16 @@ from typing import TextIO
 import numpy as np
 
 SENTENCES = ("A man is riding a bike in the park.", "Two dogs are playing in the snow.")
-SAMPLE = Path(__file__).resolve().parent / "samples" / "a_man_rides_a_bike.wav"
+SAMPLE = Path(__file__).resolve().parents[1] / "speech" / "samples" / "a_man_rides_a_bike.wav"  # package data
 
 
 def demo_audio() -> list[tuple[str, np.ndarray]]:
     """(what is said, 16 kHz int16 audio) of each utterance: synthesised, or the shipped sample."""
     if shutil.which("espeak-ng") and shutil.which("sox"):
-        from simulmt.speech.synth import synthesise_sentence
+        from simulmt.finetune.speech.synth import synthesise_sentence
 
         return [(s, synthesise_sentence(s.split(), seed=i)[0]) for i, s in enumerate(SENTENCES)]
-    from simulmt.speech.synth import read_wav
+    from simulmt.speech.wav import read_wav
 
     return [("A man is riding a bike in the park. (shipped sample)", read_wav(SAMPLE)[0])]
 
