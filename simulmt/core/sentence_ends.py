@@ -10,7 +10,7 @@ unless
 Numbers such as "3.5" never split: the rule works on whole words. A missed split only makes a longer sentence
 (every sentence is cut at ``max_words`` anyway); a wrong split cuts a sentence in two, so the rule leans towards
 not splitting. The decision at a word needs the next word (or the end of the input), so a live stream makes it one
-word late. Used by a talk (talk.py), the line splitter (simulmt.segment), the live text reader and the recogniser.
+word late. Used by a talk (talk.py), the line splitter (simulmt.text.segment), the live text reader and the recogniser.
 """
 
 from __future__ import annotations
