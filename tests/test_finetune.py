@@ -501,3 +501,23 @@ def test_data_files_that_are_not_utf8_name_the_file_and_the_line(tmp_path):
     (tmp_path / "bad.tsv").write_bytes(b"a\tb\n\xff\tc\n")
     with pytest.raises(SimulmtError, match=r"bad\.tsv: line 2 is not valid UTF-8"):
         data.tsv_file(str(tmp_path / "bad.tsv"))
+
+
+def test_each_recipe_trains_the_layout_it_names_with_its_options():
+    """Recipes build their layout through the registry (no switch on names): the table names a registered layout
+    for every recipe, and a recipe's slot / phi reach the layout that takes them."""
+    from simulmt.core.layouts import LAYOUTS, Expost, GroupPositions, Interleaved, NaiveReuse, PrefixRecompute
+    from simulmt.finetune.recipes import RECIPE_LAYOUTS, RECIPES, Recipe
+    from simulmt.finetune.schedules import Schedule
+
+    assert set(RECIPE_LAYOUTS) == set(RECIPES) and set(RECIPE_LAYOUTS.values()) <= set(LAYOUTS)
+    policy = {"offline": "offline"}
+    built = {name: Recipe(name, Schedule(policy.get(name, "wait-k")), slot=8, phi=64).layout() for name in RECIPES}
+    def same(*layouts) -> bool:
+        return all(type(x) is type(layouts[0]) and vars(x) == vars(layouts[0]) for x in layouts)
+
+    assert same(built["expost"], Expost(slot=8), built["expost-nomask"]) and not same(Expost(slot=16), built["expost"])
+    assert same(built["gpe"], GroupPositions(phi=64))
+    assert same(built["slotless"], NaiveReuse()) and same(built["offline"], PrefixRecompute(), built["prefix"])
+    assert same(built["policy-head"], Interleaved(), built["interleaved"])
+    assert all(type(layout) is LAYOUTS[RECIPE_LAYOUTS[name]] for name, layout in built.items())

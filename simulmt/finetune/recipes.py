@@ -34,8 +34,7 @@ from dataclasses import dataclass
 from simulmt.errors import SimulmtError
 from simulmt.core.examples import TrainingExample, build_examples
 from simulmt.finetune.schedules import Schedule
-from simulmt.core.layouts import (Conversation, Expost, GroupPositions, Interleaved, Layout, NaiveReuse,
-                                  PrefixRecompute, SimulMask, SimulMaskStock)
+from simulmt.core.layouts import Layout, make_layout
 from simulmt.core.placed import PlacedToken, labels_for
 from simulmt.core.prompt_format import PromptFormat, source_units
 from simulmt.core.visibility import Visibility
@@ -53,6 +52,11 @@ RECIPES = {
     "interleaved": "EASiST's interleaved chunks between <|end-of-read|> / <|end-of-write|> markers, "
                    "<|end-of-translation|> last (added tokens)",
     "policy-head": "EASiST's learned READ/WRITE head on an interleaved model's hidden states (--init-adapter)",
+}
+RECIPE_LAYOUTS = {  # the layout (core/layouts) each recipe trains, by its registry name
+    "expost": "expost", "expost-nomask": "expost", "slotless": "naive", "prefix": "prefix", "offline": "prefix",
+    "conversation": "conversation", "gpe": "gpe", "simulmask": "simulmask", "simulmask-stock": "simulmask-stock",
+    "interleaved": "interleaved", "policy-head": "interleaved",
 }
 DEFAULT_POLICY = {"conversation": "read-n", "offline": "offline", "interleaved": "read-n",
                   "policy-head": "read-n"}  # every other recipe: wait-k
@@ -92,21 +96,7 @@ class Recipe:
 
     # ---- the layout ------------------------------------------------------------------------------------------
     def layout(self) -> Layout:
-        if self.name in ("expost", "expost-nomask"):
-            return Expost(slot=self.slot)
-        if self.name == "slotless":
-            return NaiveReuse()
-        if self.name == "gpe":
-            return GroupPositions(phi=self.phi)
-        if self.name == "conversation":
-            return Conversation()
-        if self.name == "simulmask":
-            return SimulMask()
-        if self.name == "simulmask-stock":
-            return SimulMaskStock()
-        if self.name in ("interleaved", "policy-head"):
-            return Interleaved()
-        return PrefixRecompute()  # prefix, offline
+        return make_layout(RECIPE_LAYOUTS[self.name], slot=self.slot, phi=self.phi)  # (each takes what it has)
 
     @property
     def visibility(self) -> Visibility:
