@@ -36,8 +36,9 @@ def applied(model: nn.Module) -> list[str]:
 
 
 def undo(model: nn.Module, patches: tuple[str, ...] = PATCHES) -> list[str]:
-    """Take ``patches`` back from ``model`` (all by default); returns those it carried. A ``ModelRunner`` made on the
-    model before must not be used after (make a new one: it adopts ALiBi again)."""
+    """Take ``patches`` back from ``model`` (all by default); returns those it carried. A ``ModelRunner`` made on an
+    ALiBi model before must not be used after (its masks carry the bias the model adds again): make a new one,
+    which adopts it again. A split forward installs its layers' forwards again when it runs."""
     unknown = sorted(set(patches) - set(PATCHES))
     if unknown:
         raise ValueError(f"unknown model patches {unknown}: simulmt makes {list(PATCHES)}")

@@ -39,8 +39,8 @@ class Decisions(Protocol):
     def all_read_on(self, features: torch.Tensor) -> bool:
         """Does every stream read on? Then the forward may end at the features' layer (no logits)."""
 
-    def head_rows(self, features: torch.Tensor) -> torch.Tensor:
-        """(R,) bool: the answered queries whose logits are wanted (a READ needs none)."""
+    def head_rows(self, features: torch.Tensor) -> torch.Tensor | None:
+        """(R,) bool: the answered queries whose logits are wanted (a READ needs none); None: all of them."""
 
 
 @dataclass(frozen=True)

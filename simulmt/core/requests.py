@@ -63,7 +63,9 @@ class RequestDecisions:
     def all_read_on(self, features: torch.Tensor) -> bool:
         return self.may_stop and all(r.reads_on(features[i]) for (_, r), i in zip(self.requests, self.first))
 
-    def head_rows(self, features: torch.Tensor) -> torch.Tensor:
+    def head_rows(self, features: torch.Tensor) -> torch.Tensor | None:
         got = [r.logits and (r.logits_if is None or r.logits_if(features[i]))
                for (_, r), i in zip(self.requests, self.first)]
+        if all(got):  # every answered query gets the head: no rows to pick
+            return None
         return torch.tensor([g for g, n in zip(got, self.answered) for _ in range(n)], dtype=torch.bool)
