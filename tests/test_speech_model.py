@@ -283,22 +283,24 @@ def test_batched_files_give_the_live_path_s_words_delays_and_times(tmp_path):
         mp.setattr(Engine, "step", lambda self: (rows.append(len(self.streams)), real_step(self))[1])
         batched = list(sp.translate_iter(paths, batch_size=3, layout="interleaved", policy="wait-k", k=3))
     assert max(rows) == 3
-    # a word's elapsed time counts its own stream's work, not the reading and encoding of files joining later
+    # a word's elapsed time counts its own stream's work, not the reading and encoding of files joining later:
+    # each later file's encoding moves the clock on by 1000 s (a fake clock, so load on the machine cannot matter)
     import time as clock
 
-    real_encode, encoded = sp.encode, []
+    real_encode, real_clock, encoded, jumped = sp.encode, clock.perf_counter, [], [0.0]
 
     def slow_encode(x):
         encoded.append(1)
         if len(encoded) > 1:
-            clock.sleep(0.4)
+            jumped[0] += 1000.0
         return real_encode(x)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sp, "encode", slow_encode)
+        mp.setattr(clock, "perf_counter", lambda: real_clock() + jumped[0])
         first = next(iter(sp.translate_iter(paths[:3], batch_size=3, layout="interleaved", policy="wait-k", k=3)))
-    assert first.prediction == live[0].prediction
-    assert first.elapsed[-1] < 400  # the two sleeps would be 800 ms
+    assert len(encoded) == 2 and first.prediction == live[0].prediction  # (the third file is missing)
+    assert 0 < first.elapsed[-1] < 500_000  # the jump would be 1,000,000 ms
     assert [b.source for b in batched] == [str(p) for p in paths]
     for a, b in zip(live, batched):
         assert (a.prediction, a.delays, a.delays_ms, a.source_length) == (b.prediction, b.delays, b.delays_ms,
