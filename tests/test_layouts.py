@@ -49,6 +49,38 @@ def test_expost_positions_by_hand():
     assert [t.position for t in state.tokens[-2:]] == [17, 18]  # opener of slot 2 at slot start + L
 
 
+def test_expost_positions_marks_a_new_slot_by_positions_only():
+    """expost-positions (issue 42, E3), the same events: slot 2 follows the output with no header; the last target
+    token is deferred past it and labelled with the next target token, which goes on after the slot (no opener);
+    a unit that comes before that target text grows slot 2, and the target moves past it."""
+    from simulmt.core.layouts import ExpostPositions
+
+    layout = ExpostPositions(slot=4)
+    events = [("read", (10, 11)), ("open", None), ("write", 20), ("read", (12,)), ("read", (13, 14))]
+    state = _layout_run(layout, events)
+    got = [(t.token_id, t.position, t.role) for t in state.tokens]
+    assert got[:8] == [(1, 0, Role.PROMPT), (2, 1, Role.PROMPT), (3, 2, Role.PROMPT), (10, 3, Role.SOURCE),
+                       (11, 4, Role.SOURCE), (4, 7, Role.TARGET_MARKER), (5, 8, Role.TARGET_MARKER),
+                       (12, 5, Role.SOURCE)]
+    assert got[8:] == [(13, 10, Role.SOURCE), (14, 11, Role.SOURCE),  # slot 2 = 10..13, right after t1 (9)
+                       (20, 9, Role.TARGET)]  # t1 deferred past it, its position unchanged
+    assert state.new_slots == 1 and not any(t.role is Role.SOURCE_MARKER for t in state.tokens)
+    layout.open_target(state)  # nothing to open: t1 is the query
+    assert state.tokens[-1] == PlacedToken(20, 9, Role.TARGET, 0)
+    layout.read(state, (15, 16, 17))  # no target after slot 2 yet: it grows to 10..17
+    assert [(t.token_id, t.position) for t in state.tokens[-4:]] == [(15, 12), (16, 13), (17, 14), (20, 9)]
+    assert layout.placed_write(state, 21, 1).position == 18  # after the slot, as expost's opener would be
+    layout.write(state, 21, 1)
+    layout.read(state, (18,))  # fits slot 2: placed inside it, t2 deferred
+    layout.write_end(state, 9)
+    assert [(t.token_id, t.position) for t in state.tokens[-3:]] == [(18, 15), (21, 18), (9, 19)]
+    labels = labels_for(state.tokens)
+    assert labels[state.tokens.index(PlacedToken(20, 9, Role.TARGET, 0))] == 21  # the token before a new slot
+    assert labels[-2] == 9 and state.new_slots == 1
+    positions = [t.position for t in state.tokens]
+    assert len(set(positions)) == len(positions)  # no two tokens share a position
+
+
 def test_expost_slot_grows_before_any_target():
     state = _layout_run(Expost(slot=2), [("read", (10, 11)), ("read", (12,)), ("open", None)])
     assert [t.position for t in state.tokens] == [0, 1, 2, 3, 4, 5, 7, 8]  # slot 3..6 (2 x L), opener at 7

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import SOURCE, TARGET, teacher_forced_parity, tiny_interleaved_translator, tiny_translator
-from simulmt.core.layouts import (Conversation, Expost, GroupPositions, Interleaved, NaiveReuse, PrefixRecompute,
+from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, GroupPositions, Interleaved, NaiveReuse, PrefixRecompute,
                                   SeqPO)
 from simulmt.core.placed import Role
 from simulmt.finetune.schedules import read_n, wait_k
@@ -26,6 +26,7 @@ SCHEDULES = {  # the schedules fine-tuning trains on (finetune/schedules.py)
 }
 LAYOUTS = {
     "expost": lambda: Expost(slot=4),
+    "expost-positions": lambda: ExpostPositions(slot=4),  # later slots marked by positions only (issue 42, E3)
     "gpe": lambda: GroupPositions(phi=300),
     "conversation": Conversation,
     "seqpo": SeqPO,  # conversation that keeps empty steps (those are covered by tests/test_seqpo.py's rollouts)

@@ -26,7 +26,10 @@ class Proposals:
         self.early_ends.append((words, cause, self._after_header()))
 
     def _after_header(self) -> bool:
-        """Has a new slot or turn header (a source marker) been placed in this sentence?"""
+        """Has a new slot (expost's, marked or not) or turn header (a source marker) been placed in this
+        sentence?"""
+        if not self._header_seen and self.state.new_slots:
+            self._header_seen = True
         if not self._header_seen:
             tokens = self.state.tokens
             for i in range(min(self._header_scan, len(tokens)), len(tokens)):

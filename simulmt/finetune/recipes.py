@@ -7,6 +7,8 @@ streaming layout and policy it was trained for). Nothing here places a token: th
 | recipe          | training sequence                                               | served with          |
 |-----------------|-----------------------------------------------------------------|----------------------|
 | expost          | expost slots, policy mask (wait-k, k-mix or read-n)             | expost + the policy  |
+| expost-positions| expost, later slots marked by positions only (no header, no   | expost-positions +   |
+|                 | opener; the token before a new slot is labelled: issue 42 E3)   | the policy           |
 | expost-nomask   | expost slots and positions, but every target-side token sees     | expost + the policy  |
 |                 | the whole source (ablation "w/o masking", see ``source_first``)  |                      |
 | slotless        | policy mask, contiguous positions: the ``naive`` layout's        | naive + the policy   |
@@ -41,6 +43,7 @@ from simulmt.core.visibility import Visibility
 
 RECIPES = {
     "expost": "ExPosST: position slots + policy-consistent attention mask (the paper's method)",
+    "expost-positions": "ExPosST whose later slots have no header or opener, only their positions (issue 42, E3)",
     "expost-nomask": "ablation w/o masking: expost slots and positions, target tokens see the whole source",
     "slotless": "ablation w/o slot: policy mask with contiguous positions (the naive layout's training view)",
     "prefix": "prefix fine-tuning (Simul-LLM): one example per read point, contiguous, recomputed at inference",
@@ -54,7 +57,7 @@ RECIPES = {
     "policy-head": "EASiST's learned READ/WRITE head on an interleaved model's hidden states (--init-adapter)",
 }
 RECIPE_LAYOUTS = {  # the layout (core/layouts) each recipe trains, by its registry name
-    "expost": "expost", "expost-nomask": "expost", "slotless": "naive", "prefix": "prefix", "offline": "prefix",
+    "expost": "expost", "expost-positions": "expost-positions", "expost-nomask": "expost", "slotless": "naive", "prefix": "prefix", "offline": "prefix",
     "conversation": "conversation", "gpe": "gpe", "simulmask": "simulmask", "simulmask-stock": "simulmask-stock",
     "interleaved": "interleaved", "policy-head": "interleaved",
 }
@@ -133,5 +136,6 @@ class Recipe:
         return out
 
     def describe(self) -> str:
-        extra = {"expost": f" slot={self.slot}", "expost-nomask": f" slot={self.slot}", "gpe": f" phi={self.phi}"}
+        extra = {"expost": f" slot={self.slot}", "expost-positions": f" slot={self.slot}",
+                 "expost-nomask": f" slot={self.slot}", "gpe": f" phi={self.phi}"}
         return f"{self.name} ({self.schedule.describe()}{extra.get(self.name, '')})"

@@ -6,6 +6,7 @@ from simulmt.core.registry import build
 from simulmt.core.layouts.base import Layout, LayoutState
 from simulmt.core.layouts.conversation import Conversation
 from simulmt.core.layouts.expost import Expost
+from simulmt.core.layouts.expost_positions import ExpostPositions
 from simulmt.core.layouts.gpe import GroupPositions
 from simulmt.core.layouts.interleaved import Interleaved
 from simulmt.core.layouts.naive import NaiveReuse
@@ -15,6 +16,7 @@ from simulmt.core.layouts.simulmask import SimulMask, SimulMaskStock
 
 LAYOUTS: dict[str, type[Layout]] = {
     "expost": Expost,
+    "expost-positions": ExpostPositions,
     "prefix": PrefixRecompute,
     "naive": NaiveReuse,
     "conversation": Conversation,
@@ -32,5 +34,5 @@ def make_layout(name: str, **options) -> Layout:
 
 
 __all__ = ["LAYOUTS", "Layout", "LayoutState", "make_layout", "Expost", "PrefixRecompute", "NaiveReuse",
-           "Conversation", "GroupPositions", "SimulMask",
+           "ExpostPositions", "Conversation", "GroupPositions", "SimulMask",
            "SimulMaskStock", "SeqPO", "Interleaved"]

@@ -40,6 +40,7 @@ class LayoutState:
     source_tokens: int = 0  # source tokens placed so far
     opened: bool = False  # a target opener is placed for the current slot / turn
     target_written: bool = False  # target tokens follow that opener
+    new_slots: int = 0  # slots opened after target text (expost; issue 42 counts early ends after one)
 
     @property
     def next_position(self) -> int:

@@ -56,6 +56,7 @@ class Expost(Layout):
             state.slot_start = state.next_position
             state.slot_capacity, state.slot_used = 0, 0
             state.opened = state.target_written = False
+            state.new_slots += 1
         while state.slot_used + len(unit) > state.slot_capacity:  # no target after this slot yet: grow it
             state.slot_capacity += self.slot
         place_source_before_last_target(state, unit, state.slot_start + state.slot_used)
