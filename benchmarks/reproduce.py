@@ -65,6 +65,7 @@ METHODS: dict[str, Method] = {
     "slotless": Method("slotless", "naive", train=(("k_mix", "1,3,5,7,9"),)),
     "prefix": Method("prefix", "prefix", train=(("k_mix", "1,3,5,7,9"),)),
     "gpe": Method("gpe", "gpe", train=(("k_mix", "1,3,5,7,9"),)),
+    "gpe-overlap": Method("gpe-overlap", "gpe-overlap", train=(("k_mix", "1,3,5,7,9"),)),  # issue 42, E4
     "conversation": Method("conversation", "conversation", policy="read-n", train=(("n", 3),)),
     "offline": Method("offline", "prefix", policy="offline"),
     # SeqPO-SiMT (issue 12): the conversation adapter is its warm-up (proportional reference prefixes per chunk of

@@ -14,7 +14,8 @@ from helpers import tiny_translator
 from simulmt.core.batch_cache import BatchKVCache
 from simulmt.core.engine import Engine, run_batched
 from simulmt.errors import SimulmtError
-from simulmt.core.layouts import Conversation, Expost, ExpostPositions, GroupPositions, NaiveReuse, PrefixRecompute
+from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, GroupPositions, GroupPositionsOverlap,
+                                  NaiveReuse, PrefixRecompute)
 from simulmt.core.policies import Offline, ReadN, WaitK
 from simulmt.core.samplers import Greedy, Sampling
 from simulmt.core.stream import Status
@@ -32,12 +33,13 @@ MIX = [  # (layout, policy): every layout, every policy, slots that overflow
     (NaiveReuse(), WaitK(3)),
     (Expost(slot=8), Offline()),
     (ExpostPositions(slot=4), WaitK(2)),  # unmarked new slots (issue 42, E3)
+    (GroupPositionsOverlap(), WaitK(1)),  # overlapping groups (issue 42, E4)
 ]
 
 
 def jobs():
     return [(SOURCES[i % len(SOURCES)] + (" " + SOURCES[(i + 5) % len(SOURCES)] if i % 3 == 0 else ""), *MIX[i % len(MIX)])
-            for i in range(10)]
+            for i in range(len(MIX) + 2)]
 
 
 def alone(tr, text, layout, policy, sampler=None):

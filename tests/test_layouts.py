@@ -91,6 +91,13 @@ def test_gpe_and_naive_and_prefix_positions_by_hand():
     gpe = _layout_run(GroupPositions(phi=100), events)
     assert [(t.token_id, t.position) for t in gpe.tokens[3:]] == [(10, 3), (4, 100), (5, 101), (11, 4), (20, 102),
                                                                   (21, 103)]
+    overlap = _layout_run(make_layout("gpe-overlap", phi=100), events)  # (phi is gpe's: not taken, fixed at 0)
+    assert [(t.token_id, t.position) for t in overlap.tokens[3:]] == [(10, 3), (4, 0), (5, 1), (11, 4), (20, 2),
+                                                                      (21, 3)]  # both groups from 0
+    long = _layout_run(make_layout("gpe-overlap"), [("read", tuple(range(10, 400)))])  # never refused
+    assert long.tokens[-1].position == 3 + 389
+    with pytest.raises(SimulmtError, match="past the target group"):
+        _layout_run(GroupPositions(phi=100), [("read", tuple(range(10, 400)))])
     naive = _layout_run(NaiveReuse(), events)
     assert [(t.token_id, t.position) for t in naive.tokens[3:]] == [(10, 3), (4, 4), (5, 5), (11, 4), (20, 6),
                                                                     (21, 7)]  # 11 collides with the opener

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import SOURCE, TARGET, teacher_forced_parity, tiny_interleaved_translator, tiny_translator
-from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, GroupPositions, Interleaved, NaiveReuse, PrefixRecompute,
+from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, GroupPositions, GroupPositionsOverlap, Interleaved, NaiveReuse, PrefixRecompute,
                                   SeqPO)
 from simulmt.core.placed import Role
 from simulmt.finetune.schedules import read_n, wait_k
@@ -28,6 +28,7 @@ LAYOUTS = {
     "expost": lambda: Expost(slot=4),
     "expost-positions": lambda: ExpostPositions(slot=4),  # later slots marked by positions only (issue 42, E3)
     "gpe": lambda: GroupPositions(phi=300),
+    "gpe-overlap": GroupPositionsOverlap,  # both groups from 0 (issue 42, E4)
     "conversation": Conversation,
     "seqpo": SeqPO,  # conversation that keeps empty steps (those are covered by tests/test_seqpo.py's rollouts)
     "prefix": PrefixRecompute,

@@ -18,6 +18,7 @@ streaming layout and policy it was trained for). Nothing here places a token: th
 | conversation    | chat turns: user = a source chunk, assistant = its target words  | conversation + read-n|
 |                 | (read-n chunks by default; a turn end is predicted per segment)  |                      |
 | gpe             | group positions (source 0.., target phi..), policy mask          | gpe + the policy     |
+| gpe-overlap     | group positions, both from 0 (GPE's own code: phi = 0)           | gpe-overlap + policy |
 | offline         | plain SFT: prompt, whole source, whole target, contiguous        | prefix + offline     |
 | simulmask       | SimulMask: ``slotless``'s sequence; on ALiBi models (Bloom,      | simulmask + the      |
 |                 | Falcon-RW) distances over visible keys only (modified ALiBi)     | policy               |
@@ -49,6 +50,7 @@ RECIPES = {
     "prefix": "prefix fine-tuning (Simul-LLM): one example per read point, contiguous, recomputed at inference",
     "conversation": "conversational SimulMT: user/assistant turns per read-n chunk",
     "gpe": "group position encoding: source and target count positions in separate groups",
+    "gpe-overlap": "group position encoding as its authors' code sets it up: both groups count from 0 (overlap)",
     "offline": "plain SFT on full sentence pairs (the offline schedule)",
     "simulmask": "SimulMask: policy mask on the contiguous layout, modified ALiBi on ALiBi models (Bloom, Falcon-RW)",
     "simulmask-stock": "ablation of SimulMask: stock ALiBi distances (unread source counts in training)",
@@ -58,7 +60,7 @@ RECIPES = {
 }
 RECIPE_LAYOUTS = {  # the layout (core/layouts) each recipe trains, by its registry name
     "expost": "expost", "expost-positions": "expost-positions", "expost-nomask": "expost", "slotless": "naive", "prefix": "prefix", "offline": "prefix",
-    "conversation": "conversation", "gpe": "gpe", "simulmask": "simulmask", "simulmask-stock": "simulmask-stock",
+    "conversation": "conversation", "gpe": "gpe", "gpe-overlap": "gpe-overlap", "simulmask": "simulmask", "simulmask-stock": "simulmask-stock",
     "interleaved": "interleaved", "policy-head": "interleaved",
 }
 DEFAULT_POLICY = {"conversation": "read-n", "offline": "offline", "interleaved": "read-n",

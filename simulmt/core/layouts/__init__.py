@@ -8,6 +8,7 @@ from simulmt.core.layouts.conversation import Conversation
 from simulmt.core.layouts.expost import Expost
 from simulmt.core.layouts.expost_positions import ExpostPositions
 from simulmt.core.layouts.gpe import GroupPositions
+from simulmt.core.layouts.gpe_overlap import GroupPositionsOverlap
 from simulmt.core.layouts.interleaved import Interleaved
 from simulmt.core.layouts.naive import NaiveReuse
 from simulmt.core.layouts.prefix import PrefixRecompute
@@ -21,6 +22,7 @@ LAYOUTS: dict[str, type[Layout]] = {
     "naive": NaiveReuse,
     "conversation": Conversation,
     "gpe": GroupPositions,
+    "gpe-overlap": GroupPositionsOverlap,
     "simulmask": SimulMask,
     "simulmask-stock": SimulMaskStock,
     "seqpo": SeqPO,
@@ -34,5 +36,5 @@ def make_layout(name: str, **options) -> Layout:
 
 
 __all__ = ["LAYOUTS", "Layout", "LayoutState", "make_layout", "Expost", "PrefixRecompute", "NaiveReuse",
-           "ExpostPositions", "Conversation", "GroupPositions", "SimulMask",
+           "ExpostPositions", "Conversation", "GroupPositions", "GroupPositionsOverlap", "SimulMask",
            "SimulMaskStock", "SeqPO", "Interleaved"]
