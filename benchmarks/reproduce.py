@@ -61,6 +61,8 @@ METHODS: dict[str, Method] = {
     "expost": Method("expost", "expost", train=(("k_mix", "1,3,5,7,9"),)),
     # issue 42, E3: new slots marked by positions only (no header, no opener; the token before a slot labelled)
     "expost-positions": Method("expost-positions", "expost-positions", train=(("k_mix", "1,3,5,7,9"),)),
+    # issue 42, E2: a new slot's header and source see the target of earlier slots (the paper's visibility)
+    "expost-sees-earlier": Method("expost-sees-earlier", "expost-sees-earlier", train=(("k_mix", "1,3,5,7,9"),)),
     "expost-nomask": Method("expost-nomask", "expost", train=(("k_mix", "1,3,5,7,9"),)),
     "slotless": Method("slotless", "naive", train=(("k_mix", "1,3,5,7,9"),)),
     "prefix": Method("prefix", "prefix", train=(("k_mix", "1,3,5,7,9"),)),

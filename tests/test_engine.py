@@ -14,7 +14,7 @@ from helpers import tiny_translator
 from simulmt.core.batch_cache import BatchKVCache
 from simulmt.core.engine import Engine, run_batched
 from simulmt.errors import SimulmtError
-from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, GroupPositions, GroupPositionsOverlap,
+from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, ExpostSeesEarlier, GroupPositions, GroupPositionsOverlap,
                                   NaiveReuse, PrefixRecompute)
 from simulmt.core.policies import Offline, ReadN, WaitK
 from simulmt.core.samplers import Greedy, Sampling
@@ -34,6 +34,7 @@ MIX = [  # (layout, policy): every layout, every policy, slots that overflow
     (Expost(slot=8), Offline()),
     (ExpostPositions(slot=4), WaitK(2)),  # unmarked new slots (issue 42, E3)
     (GroupPositionsOverlap(), WaitK(1)),  # overlapping groups (issue 42, E4)
+    (ExpostSeesEarlier(slot=4), WaitK(2)),  # new slots see earlier target (issue 42, E2)
 ]
 
 

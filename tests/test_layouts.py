@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from helpers import SOURCE, TARGET, forced_tokens, tiny_translator
 from simulmt.core.layouts import Conversation, Expost, GroupPositions, NaiveReuse, PrefixRecompute, make_layout
@@ -79,6 +80,32 @@ def test_expost_positions_marks_a_new_slot_by_positions_only():
     assert labels[-2] == 9 and state.new_slots == 1
     positions = [t.position for t in state.tokens]
     assert len(set(positions)) == len(positions)  # no two tokens share a position
+
+
+def test_expost_sees_earlier_shows_a_new_slot_the_target_of_earlier_slots():
+    """expost-sees-earlier (issue 42, E2): a new slot's header and source see the target written before the slot
+    began; a unit that fits a slot after target text sees none of its own slot's target; target rows are expost's."""
+    from simulmt.core.layouts import ExpostSeesEarlier
+    from simulmt.core.visibility import slot_starts
+
+    events = [("read", (10, 11)), ("open", None), ("write", 20), ("read", (12,)), ("read", (13, 14)),
+              ("open", None), ("write", 21), ("read", (15,))]
+    state = _layout_run(ExpostSeesEarlier(slot=4), events)
+    ids = [t.token_id for t in state.tokens]
+    assert ids == [1, 2, 3, 10, 11, 4, 5, 12, 20, 9, 6, 7, 13, 14, 4, 5, 15, 21]  # expost's list
+    seen = ExpostSeesEarlier.visibility.matrix(state.tokens)
+    plain = Expost.visibility.matrix(state.tokens)
+    header, fits_1, fits_2 = ids.index(9), ids.index(12), ids.index(15)
+    target_1 = [i for i in range(header) if state.tokens[i].role.target_side]  # opener of slot 1 and t1
+    assert slot_starts(state.tokens)[header:header + 5] == [header] * 5  # (each token of slot 2 begins nothing new)
+    for q in range(header, header + 5):  # the header and slot 2's source: slot 1's target is visible now
+        assert seen[q, target_1].all() and not plain[q, target_1].any()
+    assert not seen[fits_1, target_1].any()  # 12 fits slot 1 after t1 was written there: t1 stays hidden
+    slot_2_target = [i for i in range(header, fits_2) if state.tokens[i].role.target_side]  # opener of slot 2
+    assert seen[fits_2, target_1].all() and not seen[fits_2, slot_2_target].any()
+    targets = [i for i, t in enumerate(state.tokens) if t.role.target_side]
+    assert torch.equal(seen[targets], plain[targets])  # target rows: expost's
+    assert (seen != plain).sum() == 6 * len(target_1)  # nothing else changed
 
 
 def test_expost_slot_grows_before_any_target():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import SOURCE, TARGET, teacher_forced_parity, tiny_interleaved_translator, tiny_translator
-from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, GroupPositions, GroupPositionsOverlap, Interleaved, NaiveReuse, PrefixRecompute,
+from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, ExpostSeesEarlier, GroupPositions, GroupPositionsOverlap, Interleaved, NaiveReuse, PrefixRecompute,
                                   SeqPO)
 from simulmt.core.placed import Role
 from simulmt.finetune.schedules import read_n, wait_k
@@ -27,6 +27,7 @@ SCHEDULES = {  # the schedules fine-tuning trains on (finetune/schedules.py)
 LAYOUTS = {
     "expost": lambda: Expost(slot=4),
     "expost-positions": lambda: ExpostPositions(slot=4),  # later slots marked by positions only (issue 42, E3)
+    "expost-sees-earlier": lambda: ExpostSeesEarlier(slot=4),  # new slots see earlier target (issue 42, E2)
     "gpe": lambda: GroupPositions(phi=300),
     "gpe-overlap": GroupPositionsOverlap,  # both groups from 0 (issue 42, E4)
     "conversation": Conversation,

@@ -13,7 +13,7 @@ import torch
 
 from helpers import SOURCE, TARGET, forced_tokens, tiny_interleaved_translator, tiny_translator
 from simulmt.core.engine import Engine, run_batched
-from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, GroupPositions, Interleaved, NaiveReuse,
+from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, ExpostSeesEarlier, GroupPositions, Interleaved, NaiveReuse,
                                   PrefixRecompute)
 from simulmt.core.learned_policy import Learned, PolicyHead
 from simulmt.core.policies import ReadN, Scheduled, WaitK, wait_k_delays
@@ -24,7 +24,7 @@ TOLERANCE = 1e-5  # float32, relative to the largest logit
 SOURCES = [line for line in CORPUS if line.split()][:4]
 TEXT_MIX = [(Expost(slot=4), WaitK(1)), (Expost(slot=16), WaitK(3)), (PrefixRecompute(), WaitK(2)),
             (GroupPositions(phi=300), WaitK(2)), (Conversation(), ReadN(2, max_segment_words=2)),
-            (NaiveReuse(), WaitK(2)), (ExpostPositions(slot=4), WaitK(1))]
+            (NaiveReuse(), WaitK(2)), (ExpostPositions(slot=4), WaitK(1)), (ExpostSeesEarlier(slot=4), WaitK(1))]
 
 
 def head_for(tr, seed: int = 1) -> PolicyHead:

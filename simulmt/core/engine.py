@@ -47,7 +47,7 @@ from simulmt.errors import SimulmtError
 from simulmt.core.runner import ModelRunner
 from simulmt.core.requests import RequestDecisions
 from simulmt.core.stream import ForwardRequest, Status, Stream, WrittenWord
-from simulmt.core.visibility import key_distances, visible_rows
+from simulmt.core.visibility import key_distances, slot_starts, visible_rows
 
 
 @dataclass
@@ -272,7 +272,8 @@ class Engine:
         q_index = self.cache.prepare(rows, counts, q_target)
         sees = torch.tensor([s.layout.visibility.source_sees_target for s, _ in requests])
         visible = visible_rows(q_index[:, None], q_target[:, None], self.cache.key_sides(),
-                               torch.repeat_interleave(sees, torch.tensor(counts)))[:, 0]  # (N, K)
+                               torch.repeat_interleave(sees, torch.tensor(counts)),
+                               self._target_before(requests, shared, counts))[:, 0]  # (N, K)
         ends = torch.cumsum(torch.tensor(counts), 0)
         q_index = self._alternatives(requests, ends.tolist(), q_index, visible)
         distances = self._distances(requests, counts, visible, q_index, q_target) if self.runner.alibi else None
@@ -304,6 +305,21 @@ class Engine:
             got = head_rows[torch.tensor(first)].tolist()
         pairs = visible.sum(dim=1).tolist()  # visible keys per query (FLOPs)
         return Served(requests, rows, shared, counts, pairs, answered, got, logits, hidden, to_store, layer)
+
+    @staticmethod
+    def _target_before(requests, shared: list[int], counts: list[int]) -> torch.Tensor | None:
+        """(N, 1): below which key index each query, if source-side, sees target keys (layouts whose visibility
+        has ``earlier_slots``; 0 for the others'), or None when no stream's layout has it. A request's fed tokens
+        start at key ``keep + shared``; its guesses after the list (a new slot among them) count as placed."""
+        if not any(s.layout.visibility.earlier_slots for s, _ in requests):
+            return None
+        out = []
+        for (stream, request), n, count in zip(requests, shared, counts):
+            if stream.layout.visibility.earlier_slots:
+                out += slot_starts([*stream.state.tokens[:request.keep], *request.tokens], request.keep + n)
+            else:
+                out += [0] * count
+        return torch.tensor(out)[:, None]
 
     def _share_prompt(self, row: int, request: ForwardRequest, to_store: list) -> int:
         """A new stream's first request: copy its prompt's keys and values into its row when the prompt cache has

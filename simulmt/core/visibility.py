@@ -8,6 +8,11 @@ k only if k <= q (it exists when q is fed), and:
 * a target-side query sees every earlier key. Which source it sees is therefore decided by *when* the layout
   places it: the token whose output predicts the first token of target word j is placed after the g(j)-th
   source unit was read (layouts defer it past later reads, see ``simulmt.core.layouts``).
+* ``earlier_slots`` (issue 42, E2, expost's later slots as the paper lays them out): a source-side query also
+  sees the target-side keys placed before its slot began, the target of earlier slots, never the target written
+  in its own slot (``slot_starts``). A slot begins at a source-side token that comes right after a target-side one
+  and has a position above every token before it: a new slot after the output (its header, or its first source
+  token when it has none). A source unit that fits its slot sits below the target's positions and begins nothing.
 
 Example, wait-1 on "a b" -> "X Y" (s = source, m = target marker, t = target), expost time order::
 
@@ -69,29 +74,55 @@ class Distance:
 class Visibility:
     source_sees_target: bool = False
     distance: Distance = Distance()
+    earlier_slots: bool = False  # a source-side query sees the target placed before its slot began (E2)
 
     def matrix(self, tokens: list[PlacedToken], query_start: int = 0) -> torch.Tensor:
         """Boolean (Q, K) matrix for queries ``tokens[query_start:]`` over keys ``tokens[:]`` (True = visible)."""
         target_side = torch.tensor([t.role.target_side for t in tokens], dtype=torch.bool)
-        return self.matrix_from_sides(target_side, query_start)
+        return self.matrix_from_sides(target_side, query_start, self.target_before(tokens))
 
-    def matrix_from_sides(self, target_side: torch.Tensor, query_start: int = 0) -> torch.Tensor:
+    def target_before(self, tokens: list[PlacedToken]) -> torch.Tensor | None:
+        """(T,) per token: the key index below which a source-side query sees target keys (``slot_starts``);
+        None where the rule has no such exception."""
+        return torch.tensor(slot_starts(tokens)) if self.earlier_slots else None
+
+    def matrix_from_sides(self, target_side: torch.Tensor, query_start: int = 0,
+                          target_before: torch.Tensor | None = None) -> torch.Tensor:
         n = target_side.shape[0]
         q_index = torch.arange(query_start, n).unsqueeze(0)  # (1, Q)
+        before = None if target_before is None else target_before[query_start:].unsqueeze(0)
         return visible_rows(q_index, target_side[query_start:].unsqueeze(0), target_side.unsqueeze(0),
-                            torch.tensor([self.source_sees_target]))[0]
+                            torch.tensor([self.source_sees_target]), before)[0]
+
+
+def slot_starts(tokens: list[PlacedToken], start: int = 0) -> list[int]:
+    """For ``tokens[start:]``: the index at which each token's slot began (0 in the first slot). A slot begins at
+    a source-side token that comes right after a target-side one and has a position above every position before
+    it (a source unit that fits its slot after target text sits below the target's positions)."""
+    highest, after_target, begun, out = -1, False, 0, []
+    for i, token in enumerate(tokens):
+        if not token.role.target_side and after_target and token.position > highest:
+            begun = i
+        after_target = token.role.target_side
+        highest = max(highest, token.position)
+        if i >= start:
+            out.append(begun)
+    return out
 
 
 def visible_rows(q_index: torch.Tensor, q_target: torch.Tensor, k_target: torch.Tensor,
-                 source_sees_target: torch.Tensor) -> torch.Tensor:
+                 source_sees_target: torch.Tensor, target_before: torch.Tensor | None = None) -> torch.Tensor:
     """The rule for a batch of rows (one stream per row, keys in the row's time order == its cache order).
 
     ``q_index`` (R, Q): the key index each query is stored at; ``q_target`` (R, Q) and ``k_target`` (R, K):
-    target-side flags; ``source_sees_target`` (R,): the layout's flag. Returns (R, Q, K).
+    target-side flags; ``source_sees_target`` (R,): the layout's flag; ``target_before`` (R, Q), optional: a
+    source-side query also sees the target keys below this index (``earlier_slots``). Returns (R, Q, K).
     """
     k_idx = torch.arange(k_target.shape[1], device=k_target.device)
     visible = k_idx[None, None, :] <= q_index[:, :, None]  # causal in time order
     blocked = ~q_target[:, :, None] & k_target[:, None, :] & ~source_sees_target[:, None, None]
+    if target_before is not None:
+        blocked &= k_idx[None, None, :] >= target_before[:, :, None]
     return visible & ~blocked
 
 

@@ -49,7 +49,9 @@ class SimulCollator:
         out = torch.eye(length, dtype=torch.bool).repeat(len(batch), 1, 1)  # pads: themselves only
         for b, item in enumerate(batch):
             n = len(item["input_ids"])
-            out[b, :n, :n] = self.visibility.matrix_from_sides(torch.from_numpy(np.asarray(item["target_side"])))
+            before = torch.from_numpy(np.asarray(item["slot_start"])) if self.visibility.earlier_slots else None
+            out[b, :n, :n] = self.visibility.matrix_from_sides(torch.from_numpy(np.asarray(item["target_side"])),
+                                                               0, before)
         return out
 
     def __call__(self, batch: list[dict[str, np.ndarray]]) -> dict:

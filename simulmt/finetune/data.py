@@ -29,6 +29,7 @@ from simulmt.errors import SimulmtError
 from simulmt.core.examples import IGNORE, TrainingExample
 from simulmt.core.prompt_format import source_units, word_tokens
 from simulmt.core.talk import ContextWindow, context_prompts
+from simulmt.core.visibility import slot_starts
 from simulmt.text.text_input import read_lines, require_text
 from simulmt.finetune.pretokenized import Pretokenized
 
@@ -168,7 +169,8 @@ class BuildStats:
 
 
 class ExampleDataset(torch.utils.data.Dataset):
-    """Laid-out training examples as arrays. Items: ``input_ids``, ``position_ids``, ``target_side``, ``labels``."""
+    """Laid-out training examples as arrays. Items: ``input_ids``, ``position_ids``, ``target_side``, ``slot_start``,
+    ``labels``."""
 
     def __init__(self, items: list[dict[str, np.ndarray]], stats: BuildStats):
         self.items, self.stats = items, stats
@@ -185,6 +187,7 @@ def encode(example: TrainingExample) -> dict[str, np.ndarray]:
         "input_ids": np.fromiter((t.token_id for t in example.tokens), dtype=np.int64, count=len(example)),
         "position_ids": np.fromiter((t.position for t in example.tokens), dtype=np.int64, count=len(example)),
         "target_side": np.fromiter((t.role.target_side for t in example.tokens), dtype=bool, count=len(example)),
+        "slot_start": np.asarray(slot_starts(example.tokens), dtype=np.int32),  # (visibility.py: earlier_slots)
         "labels": np.asarray(example.labels, dtype=np.int64),
     }
 

@@ -9,6 +9,8 @@ streaming layout and policy it was trained for). Nothing here places a token: th
 | expost          | expost slots, policy mask (wait-k, k-mix or read-n)             | expost + the policy  |
 | expost-positions| expost, later slots marked by positions only (no header, no   | expost-positions +   |
 |                 | opener; the token before a new slot is labelled: issue 42 E3)   | the policy           |
+| expost-sees-    | expost, but a new slot's header and source see the target of    | expost-sees-earlier  |
+| earlier         | earlier slots (the paper's visibility; issue 42 E2)             | + the policy         |
 | expost-nomask   | expost slots and positions, but every target-side token sees     | expost + the policy  |
 |                 | the whole source (ablation "w/o masking", see ``source_first``)  |                      |
 | slotless        | policy mask, contiguous positions: the ``naive`` layout's        | naive + the policy   |
@@ -45,6 +47,8 @@ from simulmt.core.visibility import Visibility
 RECIPES = {
     "expost": "ExPosST: position slots + policy-consistent attention mask (the paper's method)",
     "expost-positions": "ExPosST whose later slots have no header or opener, only their positions (issue 42, E3)",
+    "expost-sees-earlier": "ExPosST whose new slots see the target of earlier slots (the paper's visibility, issue 42, "
+                           "E2)",
     "expost-nomask": "ablation w/o masking: expost slots and positions, target tokens see the whole source",
     "slotless": "ablation w/o slot: policy mask with contiguous positions (the naive layout's training view)",
     "prefix": "prefix fine-tuning (Simul-LLM): one example per read point, contiguous, recomputed at inference",
@@ -59,7 +63,8 @@ RECIPES = {
     "policy-head": "EASiST's learned READ/WRITE head on an interleaved model's hidden states (--init-adapter)",
 }
 RECIPE_LAYOUTS = {  # the layout (core/layouts) each recipe trains, by its registry name
-    "expost": "expost", "expost-positions": "expost-positions", "expost-nomask": "expost", "slotless": "naive", "prefix": "prefix", "offline": "prefix",
+    "expost": "expost", "expost-positions": "expost-positions",
+    "expost-sees-earlier": "expost-sees-earlier", "expost-nomask": "expost", "slotless": "naive", "prefix": "prefix", "offline": "prefix",
     "conversation": "conversation", "gpe": "gpe", "gpe-overlap": "gpe-overlap", "simulmask": "simulmask", "simulmask-stock": "simulmask-stock",
     "interleaved": "interleaved", "policy-head": "interleaved",
 }
@@ -139,5 +144,6 @@ class Recipe:
 
     def describe(self) -> str:
         extra = {"expost": f" slot={self.slot}", "expost-positions": f" slot={self.slot}",
+                 "expost-sees-earlier": f" slot={self.slot}",
                  "expost-nomask": f" slot={self.slot}", "gpe": f" phi={self.phi}"}
         return f"{self.name} ({self.schedule.describe()}{extra.get(self.name, '')})"

@@ -7,6 +7,7 @@ from simulmt.core.layouts.base import Layout, LayoutState
 from simulmt.core.layouts.conversation import Conversation
 from simulmt.core.layouts.expost import Expost
 from simulmt.core.layouts.expost_positions import ExpostPositions
+from simulmt.core.layouts.expost_sees_earlier import ExpostSeesEarlier
 from simulmt.core.layouts.gpe import GroupPositions
 from simulmt.core.layouts.gpe_overlap import GroupPositionsOverlap
 from simulmt.core.layouts.interleaved import Interleaved
@@ -18,6 +19,7 @@ from simulmt.core.layouts.simulmask import SimulMask, SimulMaskStock
 LAYOUTS: dict[str, type[Layout]] = {
     "expost": Expost,
     "expost-positions": ExpostPositions,
+    "expost-sees-earlier": ExpostSeesEarlier,
     "prefix": PrefixRecompute,
     "naive": NaiveReuse,
     "conversation": Conversation,
@@ -36,5 +38,5 @@ def make_layout(name: str, **options) -> Layout:
 
 
 __all__ = ["LAYOUTS", "Layout", "LayoutState", "make_layout", "Expost", "PrefixRecompute", "NaiveReuse",
-           "ExpostPositions", "Conversation", "GroupPositions", "GroupPositionsOverlap", "SimulMask",
+           "ExpostPositions", "ExpostSeesEarlier", "Conversation", "GroupPositions", "GroupPositionsOverlap", "SimulMask",
            "SimulMaskStock", "SeqPO", "Interleaved"]
