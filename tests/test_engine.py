@@ -89,6 +89,7 @@ def assert_batched_equals_alone(tr, guess_rows: int | None = None) -> tuple[list
     run_batched(streams, engine, batch_size=4)
     assert not engine.streams and engine.cache.rows == 0
     assert max(engine.stats.batch_sizes) == 4 and min(engine.stats.batch_sizes) < 4
+    assert sum(engine.stats.batch_sizes.values()) == engine.stats.forwards  # a histogram: one count per size
     assert engine.stats.shared_tokens > 0  # later streams took their prompt from the prompt cache
     for single, stream in zip(singles, streams):
         assert_same(single, stream, counts=guess_rows is None)

@@ -34,7 +34,7 @@ ids and position-range removal) can serve the same streams later.
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -98,7 +98,9 @@ class EngineStats:
     shared_tokens: int = 0  # prompt tokens copied from the prompt cache instead of computed
     stopped: int = 0  # forwards that stopped at a policy head's inner layer
     peak_cache_bytes: int = 0
-    batch_sizes: list[int] = field(default_factory=list)
+    batch_sizes: Counter = field(default_factory=Counter)  # rows per forward -> forwards (bounded: a long-running
+    # service keeps one count per batch size, not one entry per forward)
+    last_batch: int = 0  # rows of the latest forward
 
 
 class Engine:
@@ -243,7 +245,8 @@ class Engine:
         s.rows += len(rows)
         s.tokens += sum(counts)
         s.shared_tokens += sum(shared)
-        s.batch_sizes.append(len(rows))
+        s.batch_sizes[len(rows)] += 1
+        s.last_batch = len(rows)
         s.peak_cache_bytes = max(s.peak_cache_bytes, self.cache.memory_bytes())
 
     def _forward(self, requests: list[tuple[Stream, ForwardRequest]]) -> Served:

@@ -268,7 +268,7 @@ class Hub:
         events = self.engine.step()
         if self.engine.stats.forwards > forwards:
             self.metrics.forwards_total += 1
-            self.metrics.rows_total += self.engine.stats.batch_sizes[-1]
+            self.metrics.rows_total += self.engine.stats.last_batch
             self.metrics.forward_seconds_total += time.perf_counter() - started
         for event in events:
             client = self.owner.get(id(event.stream))
