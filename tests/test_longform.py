@@ -182,3 +182,16 @@ def test_the_computation_aware_clock_overlaps_compute_with_the_talk():
     assert realtime_emissions([2, 3], [5.0, 506.0], [0.0, 1.0, 6.0], 300.0) == [604.0, 1400.0]
     # compute slower than speech: the clock falls behind the talk and stays behind
     assert realtime_emissions([1, 2], [400.0, 800.0], [0.0, 400.0], 300.0) == [700.0, 1100.0]
+
+
+def test_news_headlines_start_documents():
+    """benchmarks/news_docids.py: a line that does not end a sentence (a headline) opens a new document, so
+    context for training never crosses from one article to the next; an empty line does not."""
+    from helpers import load_benchmark
+
+    document_ids = load_benchmark("news_docids").document_ids
+    lines = ["Food: Where European inflation slipped up", "The zoom in food prices is the force.",
+             "Official forecasts predicted 3 percent, Bloomberg said.", "", "Government crisis coming, says Gallup",
+             "Fidesz support shot up \"in early December.\"", "Dr. Smith agreed."]
+    assert document_ids(lines) == ["doc0"] * 4 + ["doc1"] * 3
+    assert document_ids(["No headline first.", "Then one", "And its text."]) == ["doc0", "doc1", "doc1"]
