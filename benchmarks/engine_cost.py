@@ -8,9 +8,14 @@ tokens: the decoding rules' vocabulary-wide work is counted). Everything else is
 visibility masks and positions. The fake forward's own time (making the logits) is measured and left out.
 
     python benchmarks/engine_cost.py [--streams 1,16,64,256] [--model DIR] [--threads 1] [--profile 64]
+                                     [--collector tuned|default]
 
 Prints, per stream count: rounds, forwards, target tokens, microseconds per stream per round (the engine's time
-divided by rounds x live streams) and per forward. ``--profile N``: cProfile of the run at N streams (top 25).
+divided by rounds x live streams) and per forward. ``--collector``: Python's garbage collector as simulmt's
+commands set it (``tuned``, the default: ``simulmt.core.execution.tune_collector``) or with Python's default
+thresholds (``default``); compare the two in two processes run one after the other (in one process, which run
+meets the collector's full passes depends on what ran before). ``--profile N``: cProfile of the run at N streams
+(top 25).
 """
 
 from __future__ import annotations
@@ -133,11 +138,17 @@ def main() -> None:
     parser.add_argument("--rounds-per-size", type=int, default=2, help="sentences = this x streams (at least 8)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", type=int, default=0, help="cProfile the run at this many streams")
+    parser.add_argument("--collector", choices=("tuned", "default"), default="tuned",
+                        help="Python's garbage collector: tuned (as simulmt's commands run it) or Python's default")
     args = parser.parse_args()
+    if args.collector == "tuned":
+        from simulmt.core.execution import tune_collector
+
+        tune_collector()
     torch.set_num_threads(args.threads)
     tr, free = translator_for(None if args.model == "tiny" else args.model)
     print(f"engine cost, zero-cost forward: vocab {tr.runner.compute.vocab}, {args.layout} {args.policy}"
-          f" k={args.k}, {args.threads} thread(s)")
+          f" k={args.k}, {args.threads} thread(s), garbage collector {args.collector}")
     run(tr, free, 4, 8, args.layout, args.policy, args.k)  # warm-up
     if args.profile:
         profiler = cProfile.Profile()

@@ -638,8 +638,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code. Whatever goes wrong ends in one line on standard error, no traceback: an
     argument error (2), a ``SimulmtError`` (1, said by the command), an ``OSError`` (1: a full disk, standard
     output that cannot be written); a closed pipe (``simulmt translate big.txt | head``) ends quietly (1)."""
+    from simulmt.core.execution import tune_collector
     from simulmt.output_dir import os_error_message
 
+    tune_collector()  # (process-wide: the command's process runs the engine)
     saved = sys.stdout
     sys.stdout = _Stdout(saved)  # type: ignore[assignment]
     try:

@@ -512,3 +512,20 @@ def test_a_closed_pipe_ends_quietly(tiny_model_dir):
     text = err.decode()
     assert proc.returncode == 1 and "Traceback" not in text and "Exception ignored" not in text, text
     assert "error" not in text, text
+
+
+def test_the_commands_collect_cyclic_garbage_less_often(capsys):
+    """``simulmt``'s commands raise the garbage collector's thresholds for their process (the engine's host time:
+    simulmt.core.execution.tune_collector); ``tune_collector`` says what it replaced, so it can be put back."""
+    import gc
+
+    from simulmt.core.execution import COLLECTOR_THRESHOLDS, tune_collector
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        assert cli.main(["translate", "--help"]) == 0
+        assert gc.get_threshold() == COLLECTOR_THRESHOLDS
+        assert tune_collector((700, 10, 10)) == COLLECTOR_THRESHOLDS and gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
