@@ -10,9 +10,8 @@ k only if k <= q (it exists when q is fed), and:
   source unit was read (layouts defer it past later reads, see ``simulmt.core.layouts``).
 * ``earlier_slots`` (issue 42, E2, expost's later slots as the paper lays them out): a source-side query also
   sees the target-side keys placed before its slot began, the target of earlier slots, never the target written
-  in its own slot (``slot_starts``). A slot begins at a source-side token that comes right after a target-side one
-  and has a position above every token before it: a new slot after the output (its header, or its first source
-  token when it has none). A source unit that fits its slot sits below the target's positions and begins nothing.
+  in its own slot (``slot_starts``). A slot begins with its header, a source marker right after a target-side token;
+  a source unit that fits its slot after target text begins nothing.
 
 Example, wait-1 on "a b" -> "X Y" (s = source, m = target marker, t = target), expost time order::
 
@@ -52,7 +51,7 @@ from dataclasses import dataclass
 
 import torch
 
-from simulmt.core.placed import PlacedToken
+from simulmt.core.placed import PlacedToken, Role
 
 
 ORDERS, COUNTS = ("time", "sides"), ("all", "visible")
@@ -96,15 +95,16 @@ class Visibility:
 
 
 def slot_starts(tokens: list[PlacedToken], start: int = 0) -> list[int]:
-    """For ``tokens[start:]``: the index at which each token's slot began (0 in the first slot). A slot begins at
-    a source-side token that comes right after a target-side one and has a position above every position before
-    it (a source unit that fits its slot after target text sits below the target's positions)."""
-    highest, after_target, begun, out = -1, False, 0, []
+    """For ``tokens[start:]``: the index at which each token's slot began (0 in the first slot). A slot begins with
+    its header: a source marker right after a target-side token (a source unit that fits its slot after target text,
+    or one that grows a slot, is plain source and begins nothing). A function of the list up to each token, so
+    training and streaming agree. Slots without a header (``expost-positions``) cannot be told from the list this
+    way: such a layout does not take ``earlier_slots``."""
+    after_target, begun, out = False, 0, []
     for i, token in enumerate(tokens):
-        if not token.role.target_side and after_target and token.position > highest:
+        if after_target and token.role is Role.SOURCE_MARKER:
             begun = i
         after_target = token.role.target_side
-        highest = max(highest, token.position)
         if i >= start:
             out.append(begun)
     return out
