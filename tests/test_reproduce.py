@@ -137,3 +137,30 @@ def test_orderings_report_failed_claims_with_lengths_and_an_example():
     assert "iwslt17, wait-3, ExPosST vs expost-nomask, line 2" in page
     assert "  - expost: Ein Mann steht." in page and "vs slotless" not in page  # only the failed claim
     assert "multi30k" not in page  # a test set without runs is left out
+
+
+def test_a_method_for_one_k_and_a_results_folder_of_its_own(tmp_path):
+    """Issue 42's E5: a model trained for one k is evaluated at that k only; results under another --results
+    (a larger budget) get a page of their own beside it, whose figures link into that folder."""
+    reproduce = load_script()
+    plan = reproduce.Plan(results=str(tmp_path / "docs" / "results-320k"), ks="1,3,5,7")
+    assert [spec.name for test, spec, _ in reproduce.run_specs(plan, "expost-k3")] == ["expost-slot16.wait-3"] * 2
+    assert len(reproduce.run_specs(plan, "gpe")) == 8
+    train = dict(reproduce.METHODS["expost-k3"].train)
+    assert train == {"k": 3} and reproduce.METHODS["expost-k3"].recipe == "expost"
+    # one committed run is enough for a page
+    run = tmp_path / "docs" / "results-320k" / "runs" / "iwslt17" / "expost-k3" / "expost-slot16.wait-3"
+    run.mkdir(parents=True)
+    (run / "scores.json").write_text(json.dumps({"run": "expost-slot16.wait-3", "BLEU": 7.0, "chrF": 30.0, "AL": 2.0,
+                                                 "LAAL": 3.0, "gflops": 20.0, "tokens_fed": 80.0, "sentences": 2}))
+    (run / "config.json").write_text(json.dumps({"layout": "expost", "policy": "wait-k", "k": 3, "n": None,
+                                                 "slot": 16, "lines": 2}))
+    import gzip
+
+    with gzip.open(run / "instances.log.gz", "wt", encoding="utf-8") as f:
+        for i in range(2):
+            f.write(json.dumps({"index": i, "source": "a b c", "reference": "x y z", "prediction": "x y z",
+                                "delays": [1, 2, 3], "elapsed": [1.0, 2.0, 3.0], "source_length": 3}) + "\n")
+    page = reproduce.write_report(plan).read_text()
+    assert (tmp_path / "docs" / "results-320k.md").is_file() and not (tmp_path / "docs" / "results.md").exists()
+    assert "](results-320k/iwslt17_bleu_laal.png)" in page and "](results/" not in page
