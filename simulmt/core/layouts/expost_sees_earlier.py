@@ -9,6 +9,8 @@ arrive (a unit that fits its slot after target text was written there): ``Visibi
 visibility.py. Positions, slots and headers are ``expost``'s.
 
     time order:  p s1 m t1 t2 | u s2 m' t3 ...      u, s2 (slot 2) see t1, t2 (slot 1); s1 never sees t1
+
+Measured (docs/slot-boundaries.md): no better than ``expost`` at the same budget, so expost keeps its rule.
 """
 
 from __future__ import annotations
