@@ -400,6 +400,10 @@ def _commands(plan: Plan) -> list[str]:
     """The commands behind the page: the driver, and each adapter's training as it ran (from its training record;
     an in-process run such as ``simulmt rl`` is written out from its recorded options)."""
     def portable(text: str) -> str:
+        words = text.split()
+        if "--output" in words[:-1]:  # the --work it trained under (OUTPUT = WORK/train/NAME): written as the default's
+            work = str(Path(words[words.index("--output") + 1]).parent.parent)
+            text = text.replace(work + "/", Plan.work + "/")
         return text.replace(str(ROOT) + "/", "")
 
     out = ["## Commands", "", "Everything on this page, staged and resumable (rerun to continue; `--methods A,B` for "
@@ -422,7 +426,8 @@ def _commands(plan: Plan) -> list[str]:
             "(`simulmt.evaluation.run_dir.translate_run` and `simulmt.evaluation.scores.score_run`, float32, "
             "greedy); each run's settings (adapter, layout, policy, k or n, slot, decoding bounds, test set and "
             "lines) are in its "
-            "`docs/results/runs/TEST/METHOD/RUN/config.json`, its CPU time and adapter hash in `cost.json`.", ""]
+            f"`docs/{Path(plan.results).name}/runs/TEST/METHOD/RUN/config.json`, its CPU time and adapter hash in "
+            "`cost.json`.", ""]
     return out
 
 

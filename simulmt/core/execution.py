@@ -40,7 +40,7 @@ def tune_collector(thresholds: tuple[int, int, int] = COLLECTOR_THRESHOLDS) -> t
     of your own that serves many streams. A loaded model and tokenizer are hundreds of thousands of long-lived
     objects, and the engine creates many small ones every round (placed tokens, requests); with Python's default
     thresholds the collector's full passes over that heap took 30-40% of the engine's own time at 64-256 streams
-    (``benchmarks/engine_cost.py --default-gc``; docs/engine-speed.md). With these thresholds a young collection
+    (``benchmarks/engine_cost.py --collector default|tuned``; docs/engine-speed.md). With these thresholds a young collection
     runs every 50,000 allocations instead of 700, and a full one every 10,000,000 allocations: garbage in
     reference cycles lives longer (objects without cycles are freed at once either way), nothing leaks."""
     import gc

@@ -63,9 +63,10 @@ RECIPES = {
     "policy-head": "EASiST's learned READ/WRITE head on an interleaved model's hidden states (--init-adapter)",
 }
 RECIPE_LAYOUTS = {  # the layout (core/layouts) each recipe trains, by its registry name
-    "expost": "expost", "expost-positions": "expost-positions",
-    "expost-sees-earlier": "expost-sees-earlier", "expost-nomask": "expost", "slotless": "naive", "prefix": "prefix", "offline": "prefix",
-    "conversation": "conversation", "gpe": "gpe", "gpe-overlap": "gpe-overlap", "simulmask": "simulmask", "simulmask-stock": "simulmask-stock",
+    "expost": "expost", "expost-positions": "expost-positions", "expost-sees-earlier": "expost-sees-earlier",
+    "expost-nomask": "expost", "slotless": "naive", "prefix": "prefix", "offline": "prefix",
+    "conversation": "conversation", "gpe": "gpe", "gpe-overlap": "gpe-overlap", "simulmask": "simulmask",
+    "simulmask-stock": "simulmask-stock",
     "interleaved": "interleaved", "policy-head": "interleaved",
 }
 DEFAULT_POLICY = {"conversation": "read-n", "offline": "offline", "interleaved": "read-n",

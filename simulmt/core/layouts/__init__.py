@@ -37,6 +37,6 @@ def make_layout(name: str, **options) -> Layout:
     return build(LAYOUTS, "layout", name, options)
 
 
-__all__ = ["LAYOUTS", "Layout", "LayoutState", "make_layout", "Expost", "PrefixRecompute", "NaiveReuse",
-           "ExpostPositions", "ExpostSeesEarlier", "Conversation", "GroupPositions", "GroupPositionsOverlap", "SimulMask",
+__all__ = ["LAYOUTS", "Layout", "LayoutState", "make_layout", "Expost", "ExpostPositions", "ExpostSeesEarlier",
+           "PrefixRecompute", "NaiveReuse", "Conversation", "GroupPositions", "GroupPositionsOverlap", "SimulMask",
            "SimulMaskStock", "SeqPO", "Interleaved"]

@@ -53,11 +53,20 @@ class Expost(Layout):
         if state.opened and not fits:  # target text follows this slot: open a new one after the output
             header = state.fmt.turn_end + state.fmt.user_header
             place(state, header, Role.SOURCE_MARKER, state.next_position)
-            state.slot_start = state.next_position
-            state.slot_capacity, state.slot_used = 0, 0
+            self._new_slot(state, state.next_position)
             state.opened = state.target_written = False
-            state.new_slots += 1
-        while state.slot_used + len(unit) > state.slot_capacity:  # no target after this slot yet: grow it
+        self._fill_slot(state, unit)
+
+    @staticmethod
+    def _new_slot(state: ExpostState, start: int) -> None:
+        """An empty slot from position ``start`` on (it grows as units arrive, until target text follows it)."""
+        state.slot_start, state.slot_capacity, state.slot_used = start, 0, 0
+        state.new_slots += 1
+
+    def _fill_slot(self, state: ExpostState, unit: tuple[int, ...]) -> None:
+        """Place ``unit`` in the current slot, grown by whole slot lengths while it does not fit (no target text
+        follows it yet, or the caller would have opened a new one)."""
+        while state.slot_used + len(unit) > state.slot_capacity:
             state.slot_capacity += self.slot
         place_source_before_last_target(state, unit, state.slot_start + state.slot_used)
         state.slot_used += len(unit)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulmt.core.layouts.base import place_source_before_last_target
 from simulmt.core.layouts.expost import Expost, ExpostState
 from simulmt.core.placed import PlacedToken, Role
 from simulmt.core.prompt_format import PromptFormat
@@ -42,14 +41,9 @@ class ExpostPositions(Expost):
             super().read(state, unit)
             return
         if state.slot_followed and state.slot_used + len(unit) > state.slot_capacity:
-            state.slot_start = state.tokens[-1].position + 1  # after the last target token: a new slot, unmarked
-            state.slot_capacity, state.slot_used = 0, 0
+            self._new_slot(state, state.tokens[-1].position + 1)  # after the last target token, unmarked
             state.slot_followed = False
-            state.new_slots += 1
-        while state.slot_used + len(unit) > state.slot_capacity:  # no target after this slot yet: grow it
-            state.slot_capacity += self.slot
-        place_source_before_last_target(state, unit, state.slot_start + state.slot_used)
-        state.slot_used += len(unit)
+        self._fill_slot(state, unit)
 
     def open_target(self, state: ExpostPositionsState) -> None:
         if not state.target_written:
@@ -75,4 +69,3 @@ class ExpostPositions(Expost):
 
     def describe(self) -> str:
         return f"expost-positions(slot={self.slot})"
-
