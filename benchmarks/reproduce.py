@@ -538,6 +538,7 @@ def _training(plan: Plan) -> list[str]:
                            f"{c['loss_history'][-1]['loss'] if c['loss_history'] else float('nan'):.3f} |")
         out += [f"- {name}: {cards[name]['note']}." for name in METHODS if cards.get(name, {}).get("note")]
         out.append("")
+        out += _loss_curves(cards, Path(plan.results))
     slots = folder / "slot_lengths.json"
     if slots.is_file():
         lengths = json.loads(slots.read_text())
@@ -548,6 +549,34 @@ def _training(plan: Plan) -> list[str]:
                 "| slot | " + " | ".join(lengths) + " |", "|---|" + "---:|" * len(lengths),
                 "| tokens | " + " | ".join(f"{v:.1f}" for v in lengths.values()) + " |", ""]
     return out
+
+
+def _loss_curves(cards: dict[str, dict], results: Path) -> list[str]:
+    """Each method's training loss (the logged averages) against the tokens it had trained on by then, one plot:
+    methods are compared at a token budget, and their sequences differ in length. A step's tokens are the run's
+    average (tokens trained / steps)."""
+    curves = {name: c for name, c in cards.items() if c.get("loss_history") and c.get("steps")}
+    if not curves:
+        return []
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(9, 4.5), dpi=110, layout="constrained")
+    FigureCanvasAgg(figure)
+    ax = figure.subplots()
+    for name in [m for m in METHODS if m in curves]:
+        c = curves[name]
+        per_step = c["tokens_seen_total"] / c["steps"]
+        ax.plot([h["step"] * per_step / 1000 for h in c["loss_history"]], [h["loss"] for h in c["loss_history"]],
+                marker=".", label=name)
+    ax.set_xlabel("tokens trained (thousands)")
+    ax.set_ylabel("training loss")
+    ax.set_title("training loss against tokens trained")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    figure.savefig(results / "training_loss.png", format="png")
+    return ["Training loss against tokens trained (each point a logged average over the last steps):", "",
+            f"![training loss]({results.name}/training_loss.png)", ""]
 
 
 def _orderings(runs: list[dict]) -> list[str]:

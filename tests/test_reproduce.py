@@ -34,7 +34,7 @@ def test_reproduce_runs_every_stage_and_resumes_from_committed_results(tmp_path)
     model = save_tiny_model(tmp_path / "model")
     data = fake_data(tmp_path / "data")
     args = ["--data", str(data), "--work", str(tmp_path / "work"), "--results", str(tmp_path / "docs" / "results"),
-            "--model", str(model), "--methods", "expost,offline", "--train-pairs", "8", "--budget-tokens", "600",
+            "--model", str(model), "--methods", "expost,offline", "--train-pairs", "8", "--budget-tokens", "3000",
             "--batch-size", "2", "--grad-accum", "1", "--iwslt-lines", "2", "--m30k-lines", "2",
             "--mismatch-lines", "1", "--ks", "1,3", "--eval-batch", "2"]
     assert reproduce.main(args) == 0
@@ -55,6 +55,8 @@ def test_reproduce_runs_every_stage_and_resumes_from_committed_results(tmp_path)
     assert "- expost: `simulmt finetune " in commands and "--recipe offline" in commands
     assert (results / "iwslt17_bleu_laal.png").stat().st_size > 1000
     assert (results / "compute_wait3.png").stat().st_size > 1000
+    assert card["loss_history"] and "training_loss.png" in page  # the loss curves (issue 42, E5)
+    assert (results / "training_loss.png").stat().st_size > 1000
 
     # a new machine: nothing but the committed results; nothing is trained or translated again
     import shutil
