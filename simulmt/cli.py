@@ -29,6 +29,8 @@ from typing import TextIO
 
 from simulmt import __version__
 from simulmt.errors import SimulmtError
+from simulmt.speech.recognizer import DEFAULT_PAUSE_MS, DEFAULT_POLICY
+from simulmt.speech.recognizer import POLICIES as RECOGNISER_POLICIES
 from simulmt.core.layouts import LAYOUTS
 from simulmt.models import DEFAULT_MODEL
 from simulmt.option_fields import (adapter_field, batch_size_field, context_pairs_field, context_tokens_field,
@@ -89,6 +91,15 @@ class TranslateOptions:
     asr_step_ms: int = field(default=1000, metadata={
         "help": "with --audio: the recogniser transcribes its buffer again after this much new audio "
                 "(LocalAgreement-2 confirms a word after two transcripts agree)", "metavar": "MS"})
+    asr_pause_ms: int = field(default=DEFAULT_PAUSE_MS, metadata={
+        "help": "with --audio: a silence this long after speech (silero VAD) is a pause: the words "
+                "before it are final at once and the sentence ends there, without waiting for the next word; "
+                "silence alone is not transcribed (0: off)", "metavar": "MS"})
+    asr_policy: str = field(default=DEFAULT_POLICY, metadata={
+        "help": "with --audio: which words the recogniser makes final: local-agreement (two transcripts "
+                "agree on them) or alignatt (Whisper's cross-attention aligns them before the audio's last "
+                "half second: sooner, from one transcript)",
+        "choices": RECOGNISER_POLICIES})
     speech_model: str | None = field(default=None, metadata={
         "help": "with --audio: an end-to-end speech model folder instead of the recogniser (EASiST, a research "
                 "path: simulmt finetune-speech's DIR/model, e.g. the shipped "
@@ -108,6 +119,8 @@ class TranslateOptions:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.context_pairs < 0 or self.context_tokens < 0:
             raise SimulmtError("--context-pairs and --context-tokens must be at least 0")
+        if self.asr_pause_ms < 0:
+            raise SimulmtError(f"--asr-pause-ms must be at least 0 (0: off), got {self.asr_pause_ms}")
         if self.tau is not None and not 0.0 <= self.tau <= 1.0:
             raise SimulmtError(f"--tau must be within 0..1, got {self.tau}")
         if self.speech_model is None:  # (a speech model's card chooses the layout and policy: checked when read)
@@ -439,8 +452,10 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
         read_audio(options.audio)  # a bad file fails before the model loads
         speech, defaults = load_speech(options.speech_model, model=options.model, adapter=options.adapter,
                                        asr_model=options.asr_model, asr_step_ms=options.asr_step_ms,
-                                       source_lang=options.source_lang, target_lang=options.target_lang,
-                                       max_words=options.max_words, device=options.device, dtype=options.dtype)
+                                       asr_pause_ms=options.asr_pause_ms, asr_policy=options.asr_policy,
+                                       source_lang=options.source_lang,
+                                       target_lang=options.target_lang, max_words=options.max_words,
+                                       device=options.device, dtype=options.dtype)
         return translate_audio(speech, options.audio, options.session_kwargs(defaults), options.jsonl)
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)

@@ -46,6 +46,8 @@ def input_file(tmp_path) -> Path:
     (["--k", "three"], "invalid int value"),
     (["--target-lang", "xx"], "unknown language 'xx'"),
     (["--source-lang", "Klingon"], "unknown language 'Klingon'"),
+    (["--asr-pause-ms", "-5"], "--asr-pause-ms must be at least 0"),
+    (["--asr-policy", "agree"], "invalid choice: 'agree'"),
 ])
 def test_argument_errors_exit_2_before_loading(loads, capsys, input_file, args, message):
     assert cli.main(["translate", *args, str(input_file)]) == 2

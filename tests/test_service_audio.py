@@ -5,6 +5,7 @@ The recogniser is the fake of test_speech_cascade (its audio spells its words), 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import threading
 
 import numpy as np
@@ -56,6 +57,25 @@ def test_audio_frames_are_heard_and_translated_sentence_by_sentence():
     sentences = [m for m in messages if m["type"] == "sentence"]
     assert [m["translation"] for m in sentences] == expected_sentences(SCRIPT)
     assert not [m for m in messages if m["type"] == "error"]
+
+
+def test_a_pause_in_the_audio_ends_the_sentence_as_a_boundary_would():
+    """2 s of silence after "riding" (no punctuation): with the recogniser's pause_ms the service ends the sentence
+    there; without it, the sentence runs on to the full stop."""
+    silence = np.zeros(32000, dtype="<i2").tobytes()
+    data = pcm(SCRIPT[:4]) + silence + pcm(SCRIPT[4:])
+    got = {}
+    for pause_ms in (0, 600):
+        with running(asr=FakeWhisper(replace(OPTIONS, pause_ms=pause_ms)), max_frame_bytes=8192) as (address, _):
+            with connect(f"ws://{address}/v1/stream?k=2") as ws:
+                for start in range(0, len(data), 6400):
+                    ws.send(data[start:start + 6400])
+                ws.send(json.dumps({"type": "end"}))
+                messages = receive_all(ws)
+        assert [m["text"] for m in messages if m["type"] == "heard"] == SCRIPT
+        got[pause_ms] = [m["translation"] for m in messages if m["type"] == "sentence"]
+    assert got[0] == expected_sentences(SCRIPT)
+    assert got[600] == expected_sentences(SCRIPT[:4]) + expected_sentences(SCRIPT[4:])
 
 
 def test_eight_audio_clients_each_get_what_they_would_alone():

@@ -11,6 +11,7 @@ from helpers import through_simuleval_agent, tiny_translator
 from simulmt.text.segment import split_sentences
 from simulmt.speech.cascade import CascadeTranslator
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
+from simulmt.errors import SimulmtError
 from simulmt.speech.recognizer import RecognizerOptions, StreamingRecognizer
 
 WORD = 8000  # samples per word of the fake audio (0.5 s)
@@ -45,6 +46,20 @@ def test_local_agreement_after_a_trim_drops_the_past_and_a_repeated_tail():
     assert [w.text for w in n1.update(words("x", "y"))] == ["x", "y"]  # n = 1: every transcript is final
 
 
+def test_alignatt_confirms_the_words_aligned_before_the_newest_audio():
+    from simulmt.speech.align_att import AlignAtt
+
+    policy = AlignAtt(margin_ms=400)
+    heard = words("a", "man", "is", "rid")  # 0-500, 500-1000, 1000-1500, 1500-2000 ms
+    assert [w.text for w in policy.update(heard, audio_end_ms=2000)] == ["a", "man", "is"]  # "rid" is too new
+    assert [w.text for w in policy.update(words("a", "man", "is", "riding", "a"), audio_end_ms=2100)] == []
+    assert [w.text for w in policy.update(words("a", "man", "is", "riding", "a", "bike"), audio_end_ms=3000)] \
+        == ["riding", "a"]  # (the past is not confirmed twice; "bike" ends at the audio's end)
+    assert [w.text for w in policy.flush()] == ["bike"]
+    with pytest.raises(ValueError, match="audio_end_ms"):
+        policy.update(heard)
+
+
 # ---- a fake recogniser: the audio spells the words -----------------------------------------------------------------
 class FakeWhisper:
     """Each whole 0.5 s of audio of value (i+1)/1000 is SCRIPT[i]; a partial one at the end is heard wrong (the
@@ -54,6 +69,7 @@ class FakeWhisper:
         self.options = options
         self.calls = 0
         self.longest = 0
+        self.voice_model = FakeVoice()
 
     def transcribe(self, audio: np.ndarray, prompt: str = "") -> list[TimedWord]:
         self.calls += 1
@@ -70,13 +86,24 @@ class FakeWhisper:
         return out
 
 
+class FakeVoice:
+    """Voice activity of the fake audio: a window with any non-zero sample is speech (silence is zeros)."""
+
+    def start(self):
+        return None
+
+    def __call__(self, windows: np.ndarray, state):
+        return (np.abs(windows).max(axis=1) > 0).astype(np.float32), state
+
+
 def spoken(script=SCRIPT, repeat: int = 1) -> np.ndarray:
     values = [np.full(WORD, (i + 1) / 1000, dtype=np.float32) for i in range(len(script))] * repeat
     return np.concatenate(values)
 
 
-def cascade(pause_ms: float = 1000.0, **options) -> CascadeTranslator:
-    opts = RecognizerOptions(**{"step_ms": 500, "trim_ms": 4000, "max_buffer_ms": 8000, **options})
+def cascade(pause_ms: float = 1000.0, pause_ms_vad: int = 0, **options) -> CascadeTranslator:
+    opts = RecognizerOptions(**{"step_ms": 500, "trim_ms": 4000, "max_buffer_ms": 8000, "pause_ms": pause_ms_vad,
+                                **options})
     return CascadeTranslator(tiny_translator("llama"), FakeWhisper(opts), opts, max_words=64, pause_ms=pause_ms)
 
 
@@ -100,8 +127,92 @@ def test_a_pause_between_heard_words_ends_the_sentence_live_and_batched(tmp_path
     assert cascade(pause_ms=2000.0).translate(audio, "expost", "wait-k", k=2).prediction != live.prediction
 
 
-def test_the_recogniser_confirms_every_word_once_with_a_bounded_buffer():
-    options = RecognizerOptions(step_ms=500, trim_ms=4000, max_buffer_ms=8000)
+def test_a_pause_makes_its_words_final_at_once_and_silence_is_not_transcribed():
+    """Four words, 2 s of silence, four words, 3 s of silence, the rest: with pause_ms the words before a pause are
+    confirmed within pause_ms (+ a step) of their end, the pauses are counted where they are, and updates over
+    silence alone decode nothing. Without it, the same words are heard, later."""
+    silence = np.zeros(32000, dtype=np.float32)
+    words8 = spoken()
+    audio = np.concatenate([words8[:4 * WORD], silence, words8[4 * WORD:8 * WORD], silence, silence[:16000],
+                            words8[8 * WORD:]])
+    heard = {}
+    for pause_ms in (0, 600):
+        options = RecognizerOptions(step_ms=250, trim_ms=4000, max_buffer_ms=8000, pause_ms=pause_ms)
+        whisper = FakeWhisper(options)
+        recognizer = StreamingRecognizer(whisper, options)
+        out, calls_in_silence, pauses = [], 0, []
+        for start in range(0, len(audio), 4000):  # quarter seconds
+            before = whisper.calls
+            got = recognizer.push(audio[start:start + 4000])
+            out += got
+            pauses += [len(out) - len(got) + i for i in recognizer.pauses]
+            if 4 * WORD + 16000 <= start < 4 * WORD + 32000:  # the second half of the first silence
+                calls_in_silence += whisper.calls - before
+        out += recognizer.finish()
+        heard[pause_ms] = (out, pauses, calls_in_silence)
+        assert recognizer.pause_count == len(pauses)
+    (plain, no_pauses, plain_calls), (vad, pauses, vad_calls) = heard[0], heard[600]
+    assert [w.text for w in vad] == [w.text for w in plain] == SCRIPT and no_pauses == []
+    assert pauses == [4, 8]
+    assert vad[3].confirmed_ms <= 2000 + 600 + 250 + 32 and vad[7].confirmed_ms <= 6000 + 600 + 250 + 32
+    assert vad[3].confirmed_ms <= plain[3].confirmed_ms and vad[7].confirmed_ms <= plain[7].confirmed_ms
+    assert plain_calls == 4 and vad_calls == 0  # silence alone: decoded without a VAD, not with one
+    options = RecognizerOptions(step_ms=250, trim_ms=4000, max_buffer_ms=8000, pause_ms=600)
+    whole = StreamingRecognizer(FakeWhisper(options), options)  # the audio in one piece: the same steps
+    assert whole.push(audio) + whole.finish() == vad and whole.pause_count == 2
+
+
+def test_the_buffer_is_cut_at_a_segment_end_once_past_trim_ms():
+    """Segment ends (here: sentence ends) are where the buffer may be cut: past trim_ms it is, long before the
+    max_buffer_ms bound (the segment flags once got lost on the way, and every buffer grew to Whisper's 30 s)."""
+    options = RecognizerOptions(step_ms=500, trim_ms=2000, max_buffer_ms=12000)
+    whisper = FakeWhisper(options)
+    recognizer = StreamingRecognizer(whisper, options)
+    heard = []
+    for start in range(0, len(spoken(repeat=3)), 8000):
+        heard += recognizer.push(spoken(repeat=3)[start:start + 8000])
+    heard += recognizer.finish()
+    assert [w.text for w in heard] == SCRIPT * 3
+    longest_sentence = 9 * WORD  # samples
+    assert whisper.longest <= 16 * 2000 + longest_sentence + 2 * 8000  # trim_ms, a sentence, a step's slack
+
+
+def test_without_a_voice_model_pause_ms_is_refused():
+    options = RecognizerOptions(pause_ms=500)
+    deaf = FakeWhisper(options)
+    deaf.voice_model = None
+    with pytest.raises(SimulmtError, match="voice activity"):
+        StreamingRecognizer(deaf, options)
+    with pytest.raises(SimulmtError, match="pause_ms"):
+        RecognizerOptions(pause_ms=-1)
+
+
+def test_a_voice_pause_ends_the_sentence_before_the_next_word_live_and_batched(tmp_path):
+    """No punctuation after "riding", then 2 s of silence: with pause_ms the talk cuts there as the pause is heard
+    (the first sentence is written in full before the next word comes), even where the cascade's gap rule would
+    not cut (its pause_ms is 10 s here); live equals batched."""
+    from simulmt.speech.wav import write_wav
+
+    silence = np.zeros(32000, dtype=np.float32)
+    audio = np.concatenate([spoken()[:4 * WORD], silence, spoken()[4 * WORD:]])
+    tr = cascade(pause_ms=10000.0, pause_ms_vad=600)
+    live = tr.translate(audio, "expost", "wait-k", k=2)
+    cut = [len(s) for s in split_sentences(SCRIPT, 64)]
+    alone = [tr.translator.translate(" ".join(s), "expost", "wait-k", k=2).prediction
+             for s in [SCRIPT[:4], SCRIPT[4:cut[0]]] + split_sentences(SCRIPT[cut[0]:], 64)]
+    assert live.prediction == " ".join(a for a in alone if a)
+    first = len(alone[0].split())
+    assert max(live.delays_ms[:first]) <= 2000 + 600 + 500 + 32  # written by the pause, not after the next word
+    assert cascade(pause_ms=10000.0).translate(audio, "expost", "wait-k", k=2).prediction != live.prediction
+    path = tmp_path / "pause.wav"
+    write_wav(path, (audio * 32767).astype(np.int16), 16000)
+    [batched] = list(tr.translate_iter([path], batch_size=2, layout="expost", policy="wait-k", k=2))
+    assert batched.prediction == live.prediction and batched.delays == live.delays
+
+
+@pytest.mark.parametrize("policy", ["local-agreement", "alignatt"])
+def test_the_recogniser_confirms_every_word_once_with_a_bounded_buffer(policy):
+    options = RecognizerOptions(step_ms=500, trim_ms=4000, max_buffer_ms=8000, policy=policy, margin_ms=300)
     whisper = FakeWhisper(options)
     recognizer = StreamingRecognizer(whisper, options)
     audio = spoken(repeat=48)  # ten minutes of audio: the buffer never passes max_buffer_ms
@@ -113,7 +224,11 @@ def test_the_recogniser_confirms_every_word_once_with_a_bounded_buffer():
     assert whisper.longest <= 16 * (8000 + 500) + 3000  # max_buffer_ms, plus a step and a piece
     assert all(b.confirmed_ms >= a.confirmed_ms for a, b in zip(heard, heard[1:]))
     assert all(w.confirmed_ms >= w.end_ms for w in heard)  # confirmed after it was spoken
-    assert all(w.confirmed_ms - w.end_ms <= 2 * 500 + 500 for w in heard[:-3])  # LocalAgreement-2: two steps
+    lags = [w.confirmed_ms - w.end_ms for w in heard[:-3]]
+    if policy == "local-agreement":
+        assert max(lags) <= 2 * 500 + 500  # two steps
+    else:  # AlignAtt: at the first update whose audio ends margin_ms after the word
+        assert max(lags) <= 300 + 500
     assert len(recognizer.agreement.confirmed) <= 60 and recognizer.seconds > 0
 
 
@@ -200,3 +315,15 @@ def test_the_simuleval_speech_agent_runs_the_cascade_by_default():
     alone = tr.translate(x, "expost", "wait-k", k=2, piece_ms=320)
     assert " ".join(written) == alone.prediction == agent.translations[0].prediction
     assert all(s >= d - 1e-6 for s, d in zip(sent, alone.delays_ms))
+
+
+def test_load_speech_gives_the_recogniser_the_options_asked_for(monkeypatch):
+    from simulmt.speech import loading
+    from simulmt.speech.recognizer import DEFAULT_PAUSE_MS, DEFAULT_POLICY
+
+    seen = []
+    monkeypatch.setattr(CascadeTranslator, "load", classmethod(lambda cls, model, adapter, asr, **kw: seen.append(asr)))
+    loading.load_speech(None, asr_policy="alignatt", asr_pause_ms=700, asr_step_ms=500)
+    loading.load_speech(None)
+    assert (seen[0].policy, seen[0].pause_ms, seen[0].step_ms) == ("alignatt", 700, 500)
+    assert (seen[1].policy, seen[1].pause_ms) == (DEFAULT_POLICY, DEFAULT_PAUSE_MS)

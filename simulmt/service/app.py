@@ -301,7 +301,8 @@ def create_app(hub, *, token: str | None = None, max_frame_bytes: int = 65536, i
                     outbox.put_nowait({"type": "heard", "text": word.text, "audio_ms": round(word.confirmed_ms)})
                 intake.put("text", "".join(w.text + " " for w in words))
 
-            started = AudioIntake(asr, options.audio_rate, asr_pool, heard, lambda: intake.put("end", ""))
+            started = AudioIntake(asr, options.audio_rate, asr_pool, heard, lambda: intake.put("end", ""),
+                                  on_pause=lambda: intake.put("boundary", ""))
             audio_task = asyncio.create_task(started.run())
             return started
 

@@ -10,6 +10,9 @@ path's. ``end`` flushes the recogniser first (its last words), then ends the inp
 
 Limits: a frame is at most ``--max-frame-bytes`` and an even number of bytes; audio waiting for the recogniser is
 at most ``max_pending_s`` seconds (then the socket is not read: back-pressure, as for text).
+
+A pause the recogniser hears (its voice activity, ``RecognizerOptions.pause_ms``) ends the client's sentence as a
+boundary message would, without waiting for the next word.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ class AudioIntake:
     """One client's audio: frames in (``put``), confirmed words out (through ``on_words``), in order."""
 
     def __init__(self, whisper: Whisper, rate: int, pool: ThreadPoolExecutor, on_words, on_end,
-                 max_pending_s: float = MAX_PENDING_S):
+                 max_pending_s: float = MAX_PENDING_S, on_pause=None):
         self.recognizer = StreamingRecognizer(whisper, whisper.options)
         self.rate, self.pool = rate, pool
         self.on_words, self.on_end = on_words, on_end  # callables: ([ConfirmedWord]) -> None, () -> None
+        self.on_pause = on_pause  # () -> None: the speaker paused after the words so far (``pause_ms``)
         self.max_pending = int(max_pending_s * RATE)
         self.pending: list[np.ndarray] = []
         self.pending_samples = 0
@@ -72,8 +76,14 @@ class AudioIntake:
                 samples = np.concatenate(self.pending)
                 self.pending, self.pending_samples = [], 0
                 words = await loop.run_in_executor(self.pool, self.recognizer.push, samples)
-                if words:
-                    self.on_words(words)
+                start = 0
+                for at in self.recognizer.pauses if self.on_pause is not None else ():
+                    if at > start:
+                        self.on_words(words[start:at])
+                    self.on_pause()
+                    start = at
+                if words[start:]:
+                    self.on_words(words[start:])
                 continue
             words = await loop.run_in_executor(self.pool, self.recognizer.finish)
             if words:

@@ -118,21 +118,24 @@ class CascadeTranslator:
             except SimulmtError as exc:
                 yield _failed(str(path), layout, policy, str(exc))
 
-    def recognise(self, audio: np.ndarray) -> tuple[list[ConfirmedWord], list[float], float]:
+    def recognise(self, audio: np.ndarray) -> tuple[list[ConfirmedWord], list[float], float, list[int]]:
         """The confirmed words of a recording fed in steps, the recogniser's compute (seconds) after each update,
-        and the audio's duration in ms."""
+        the audio's duration in ms, and where the speaker paused (``pause_ms``: after how many of the words)."""
         recognizer = StreamingRecognizer(self.whisper, self.options)
         step = int(16 * self.options.step_ms)
         words: list[ConfirmedWord] = []
         spent: list[float] = []
+        pauses: list[int] = []
         for start in range(0, len(audio), step):
             before = recognizer.updates
-            words += recognizer.push(audio[start:start + step])
+            got = recognizer.push(audio[start:start + step])
+            words += got
+            pauses += [len(words) - len(got) + i for i in recognizer.pauses]
             if recognizer.updates > before:
                 spent.append(recognizer.seconds)
         words += recognizer.finish()
         spent.append(recognizer.seconds)
-        return words, spent, 1000.0 * len(audio) / 16000
+        return words, spent, 1000.0 * len(audio) / 16000, pauses
 
     def _translate_batched(self, paths, batch_size: int, layout: str, policy: str, **kwargs):
         from simulmt.core.engine import Engine, run_ordered
@@ -151,10 +154,10 @@ class CascadeTranslator:
                 files.append(facts)
                 started = time.perf_counter()
                 try:
-                    words, spent, duration = self.recognise(as_float_audio(read_audio(path)))
+                    words, spent, duration, pauses = self.recognise(as_float_audio(read_audio(path)))
                     facts.update(words=words, spent=spent, duration=duration)
                     talk = self.translator.new_talk(layout, policy, max_words=self.max_words, **kwargs)
-                    push_heard(talk, words, None, self.pause_ms, finished=True)
+                    push_heard(talk, words, None, self.pause_ms, finished=True, pauses=pauses)
                     facts["sentences"].append(talk)
                     owner[id(talk)] = facts
                 except SimulmtError as exc:
@@ -224,8 +227,9 @@ class CascadeSession:
     def _take(self, confirmed: list[ConfirmedWord], finished: bool):
         before = self.heard[-1] if self.heard else None
         self.heard += confirmed
-        if confirmed or finished:
-            push_heard(self.talk, confirmed, before, self.owner.pause_ms, finished)
+        pauses = () if finished else self.recognizer.pauses  # where the speaker paused (voice activity)
+        if confirmed or finished or pauses:
+            push_heard(self.talk, confirmed, before, self.owner.pause_ms, finished, pauses=pauses)
         yield from self.talk.advance()
 
     def target_tokens(self) -> int:
@@ -250,13 +254,15 @@ class CascadeSession:
 
 
 def push_heard(talk, words: list[ConfirmedWord], before: ConfirmedWord | None, pause_ms: float,
-               finished: bool) -> None:
+               finished: bool, pauses=()) -> None:
     """Confirmed words into a talk (each with the update that confirmed it as its arrival); a silence of
     ``pause_ms`` or more between two words (the recogniser's times) ends the sentence there, where the recogniser
-    gave no punctuation (a pause is how a speaker ends one)."""
+    gave no punctuation (a pause is how a speaker ends one). ``pauses``: where the recogniser's voice activity
+    heard a pause, as positions in ``words`` (i: after the first i words): the sentence ends there too, without
+    waiting for the next word."""
     group: list[ConfirmedWord] = []
-    for word in words:
-        if before is not None and word.start_ms - before.end_ms >= pause_ms:
+    for i, word in enumerate(words):
+        if i in pauses or (before is not None and word.start_ms - before.end_ms >= pause_ms):
             if group:
                 talk.push([w.text for w in group], arrivals=[w.update for w in group])
                 group = []
@@ -265,6 +271,8 @@ def push_heard(talk, words: list[ConfirmedWord], before: ConfirmedWord | None, p
         before = word
     if group or finished:
         talk.push([w.text for w in group], finished=finished, arrivals=[w.update for w in group] or None)
+    if len(words) in pauses and not finished:
+        talk.cut()
 
 
 def merge_sentences(results: list[Translation], offsets: list[int], layout: str, policy: str) -> Translation:

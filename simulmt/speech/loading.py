@@ -9,19 +9,23 @@ from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
 
 
 def load_speech(speech_model: str | None, *, model: str | None = None, adapter: str = "auto",
-                asr_model: str = "tiny.en", asr_step_ms: int = 1000, source_lang: str = "en",
-                target_lang: str = "de", max_words: int = DEFAULT_MAX_WORDS, **load_kwargs):
+                asr_model: str = "tiny.en", asr_step_ms: int = 1000, asr_pause_ms: int | None = None,
+                asr_policy: str | None = None, source_lang: str = "en", target_lang: str = "de",
+                max_words: int = DEFAULT_MAX_WORDS, **load_kwargs):
     """(what translates speech, its stream defaults): the recogniser feeding the text model (the default), or an
-    end-to-end speech model folder with its card's layout, policy and tau."""
+    end-to-end speech model folder with its card's layout, policy and tau. ``asr_pause_ms``, ``asr_policy``: the
+    recogniser's ``pause_ms`` and ``policy`` (None: its defaults)."""
     if speech_model is not None:
         from simulmt.speech.model import SpeechTranslator
 
         speech = SpeechTranslator.load(speech_model, **load_kwargs)
         return speech, speech.card_defaults
     from simulmt.speech.cascade import CascadeTranslator
-    from simulmt.speech.recognizer import RecognizerOptions
+    from simulmt.speech.recognizer import DEFAULT_PAUSE_MS, DEFAULT_POLICY, RecognizerOptions
 
     asr = RecognizerOptions(model=asr_model, step_ms=asr_step_ms, language=language_code(source_lang),
-                            trim_ms=max(12000, asr_step_ms), max_buffer_ms=30000)
+                            trim_ms=max(12000, asr_step_ms), max_buffer_ms=30000,
+                            pause_ms=DEFAULT_PAUSE_MS if asr_pause_ms is None else asr_pause_ms,
+                            policy=DEFAULT_POLICY if asr_policy is None else asr_policy)
     return CascadeTranslator.load(model, adapter, asr=asr, source_lang=source_lang, target_lang=target_lang,
                                   max_words=max_words, **load_kwargs), {}

@@ -47,8 +47,9 @@ class LocalAgreement:
         if self.n < 1:
             raise ValueError(f"LocalAgreement needs n >= 1, got {self.n}")
 
-    def update(self, hypothesis: list[TimedWord]) -> list[TimedWord]:
-        """A new transcript of the buffer (times on the audio's clock) -> the words it confirms, in order."""
+    def update(self, hypothesis: list[TimedWord], audio_end_ms: float | None = None) -> list[TimedWord]:
+        """A new transcript of the buffer (times on the audio's clock) -> the words it confirms, in order.
+        (``audio_end_ms``: where the audio ends; agreement does not need it, AlignAtt does: align_att.py.)"""
         fresh = self._after_confirmed(hypothesis)
         candidates = [*self.history[-(self.n - 1):], fresh] if self.n > 1 else [fresh]
         newly: list[TimedWord] = []

