@@ -61,7 +61,8 @@ class LoudnessWhisper:
     def __init__(self):
         from simulmt.speech.recognizer import RecognizerOptions
 
-        self.options = RecognizerOptions(step_ms=500, trim_ms=4000, max_buffer_ms=8000)
+        self.options = RecognizerOptions(step_ms=500, trim_ms=4000, max_buffer_ms=8000, pause_ms=0)  # (no voice
+        # model: loudness is all it hears)
 
     def transcribe(self, audio, prompt=""):
         import numpy as np

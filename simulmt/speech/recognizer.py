@@ -36,7 +36,7 @@ from simulmt.speech.local_agreement import LocalAgreement, TimedWord
 from simulmt.speech.voice_activity import Silero, VoiceActivity
 
 RATE = 16000
-DEFAULT_PAUSE_MS = 0  # RecognizerOptions.pause_ms, and every tool's --asr-pause-ms
+DEFAULT_PAUSE_MS = 700  # RecognizerOptions.pause_ms, and every tool's --asr-pause-ms (docs/speech-recogniser.md)
 POLICIES = ("local-agreement", "alignatt")  # RecognizerOptions.policy
 SPEECH_PAD_MS = 200  # at a pause, the audio decoded runs this far past the last speech window
 DEFAULT_POLICY = "local-agreement"  # RecognizerOptions.policy, and every tool's --asr-policy
@@ -178,9 +178,14 @@ class Whisper:
             segments.append((start_ms, audio_ms, text))
         if aligned:
             return self._aligned(encoded, segments, content, audio_ms)
+        return self._spread_words(segments)
+
+    def _spread_words(self, segments: list) -> list[TimedWord]:
+        """The words of the decoded segments (``(start, end, token ids)``), timed by spreading each segment's
+        time over its words."""
         words: list[TimedWord] = []
         for start, end, ids in segments:
-            timed = [t for t in _spread(tok.decode(ids).split(), start, max(start, end)) if t[0]]
+            timed = [t for t in _spread(self.tokenizer.decode(ids).split(), start, max(start, end)) if t[0]]
             words += [TimedWord(text, s, e, ends_segment=i == len(timed) - 1) for i, (text, s, e) in enumerate(timed)]
         return words
 
@@ -192,7 +197,10 @@ class Whisper:
         tokens = [t for _, _, ids in segments for t in ids]
         if not tokens:
             return []
-        found = self.model.find_alignment(self.tokenizer, [tokens], encoded, frames)[0]
+        try:
+            found = self.model.find_alignment(self.tokenizer, [tokens], encoded, frames)[0]
+        except IndexError:  # no alignment (faster-whisper fails on an empty one, e.g. a few frames of audio)
+            return self._spread_words(segments)
         ends = set(np.cumsum([len(ids) for _, _, ids in segments]).tolist())  # token counts at segment ends
         words: list[TimedWord] = []
         count = 0
