@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from simulmt.core.talk import ContextWindow
 from simulmt.errors import SimulmtError
+from simulmt.speech.recognizer import DEFAULT_PAUSE_MS, DEFAULT_POLICY
+from simulmt.speech.recognizer import POLICIES as RECOGNISER_POLICIES
 from simulmt.service.limits import MAX_BACKLOG, MAX_BUFFER_CHARS, MAX_WORD_CHARS, MAX_WORD_TOKENS
 from simulmt.service.guard import MIN_TOKEN_LENGTH, TOKEN_ENV, Access, is_loopback, read_token
 from simulmt.option_fields import (adapter_field, context_pairs_field, context_tokens_field, device_field, dtype_field,
@@ -61,6 +63,13 @@ class ServeOptions:
         "help": "the recogniser for clients that send audio (binary frames): a packaged Whisper (tiny.en; base) "
                 "or a CTranslate2 folder; none: text only", "metavar": "NAME|DIR|none"})
     asr_workers: int = field(default=2, metadata={"help": "threads that run recognisers (audio clients share them)"})
+    asr_pause_ms: int = field(default=DEFAULT_PAUSE_MS, metadata={
+        "help": "a silence this long after speech (silero VAD) ends an audio client's sentence, its words final at "
+                "once; silence alone is not transcribed (0: off)", "metavar": "MS"})
+    asr_policy: str = field(default=DEFAULT_POLICY, metadata={
+        "help": "which words the recogniser makes final: local-agreement (two transcripts agree) or alignatt "
+                "(cross-attention aligns them before the audio's last half second: sooner, heard worse by tiny.en)",
+        "choices": RECOGNISER_POLICIES})
     device: str | None = device_field()
     dtype: str = dtype_field("auto")
     replicas: int = field(default=1, metadata={
@@ -77,6 +86,8 @@ class ServeOptions:
                      "max_buffer_chars", "max_word_chars", "max_word_tokens", "asr_workers"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.asr_pause_ms < 0:
+            raise SimulmtError(f"--asr-pause-ms must be at least 0 (0: off), got {self.asr_pause_ms}")
         if not 0 <= self.port <= 65535:
             raise SimulmtError(f"--port must be in 0..65535, got {self.port}")
         if not (math.isfinite(self.idle_timeout) and self.idle_timeout > 0):
@@ -129,7 +140,8 @@ def run(options: ServeOptions, parser, load_translator: Callable) -> int:
         from simulmt.speech.recognizer import RecognizerOptions, Whisper
 
         try:
-            asr = Whisper(RecognizerOptions(model=options.asr_model, language=language_code(options.source_lang)),
+            asr = Whisper(RecognizerOptions(model=options.asr_model, language=language_code(options.source_lang),
+                                            pause_ms=options.asr_pause_ms, policy=options.asr_policy),
                           device="cuda" if translator.runner.device.type == "cuda" else "cpu")
         except SimulmtError as exc:
             if options.asr_model != "tiny.en":  # asked for: it must work
