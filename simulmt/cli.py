@@ -29,10 +29,9 @@ from typing import TextIO
 
 from simulmt import __version__
 from simulmt.errors import SimulmtError
-from simulmt.speech.recognizer import DEFAULT_PAUSE_MS, DEFAULT_POLICY
-from simulmt.speech.recognizer import POLICIES as RECOGNISER_POLICIES
 from simulmt.core.layouts import LAYOUTS
 from simulmt.models import DEFAULT_MODEL
+from simulmt.option_fields import asr_pause_ms_field, asr_policy_field
 from simulmt.option_fields import (adapter_field, batch_size_field, context_pairs_field, context_tokens_field,
                                     device_field, dtype_field, k_field, language_field, model_field)
 from simulmt.core.policies import POLICIES
@@ -91,15 +90,8 @@ class TranslateOptions:
     asr_step_ms: int = field(default=1000, metadata={
         "help": "with --audio: the recogniser transcribes its buffer again after this much new audio "
                 "(LocalAgreement-2 confirms a word after two transcripts agree)", "metavar": "MS"})
-    asr_pause_ms: int = field(default=DEFAULT_PAUSE_MS, metadata={
-        "help": "with --audio: a silence this long after speech (silero VAD) is a pause: the words "
-                "before it are final at once and the sentence ends there, without waiting for the next word; "
-                "silence alone is not transcribed (0: off)", "metavar": "MS"})
-    asr_policy: str = field(default=DEFAULT_POLICY, metadata={
-        "help": "with --audio: which words the recogniser makes final: local-agreement (two transcripts "
-                "agree on them) or alignatt (Whisper's cross-attention aligns them before the audio's last "
-                "half second: sooner, from one transcript)",
-        "choices": RECOGNISER_POLICIES})
+    asr_pause_ms: int = asr_pause_ms_field('with --audio: ')
+    asr_policy: str = asr_policy_field('with --audio: ')
     speech_model: str | None = field(default=None, metadata={
         "help": "with --audio: an end-to-end speech model folder instead of the recogniser (EASiST, a research "
                 "path: simulmt finetune-speech's DIR/model, e.g. the shipped "

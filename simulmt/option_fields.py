@@ -13,7 +13,8 @@ from simulmt.adapters import AUTO, shipped_adapter_names
 from simulmt.models import DEFAULT_MODEL, packaged_model_names
 from simulmt.core.stream_options import DEFAULTS as STREAM_DEFAULTS
 
-__all__ = ["adapter_field", "context_pairs_field", "context_tokens_field", "device_field", "dtype_field", "k_field",
+__all__ = ["adapter_field", "asr_pause_ms_field", "asr_policy_field",
+           "context_pairs_field", "context_tokens_field", "device_field", "dtype_field", "k_field",
            "language_field", "model_field", "n_field", "phi_field", "slot_field"]
 
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float16-packed")
@@ -89,3 +90,23 @@ def context_pairs_field(what: str):
 def context_tokens_field():
     return field(default=384, metadata={
         "help": "with --context-pairs: at most this many context tokens (the oldest pairs go first)", "metavar": "N"})
+
+
+def asr_pause_ms_field(flag: str):
+    """The recogniser's voice-activity pause (``RecognizerOptions.pause_ms``); ``flag``: the option it goes with."""
+    from simulmt.speech.recognizer import DEFAULT_PAUSE_MS
+
+    return field(default=DEFAULT_PAUSE_MS, metadata={
+        "help": f"{flag}a silence this long after speech (silero VAD) is a pause: the words before it are final at "
+                "once and the sentence ends there, without waiting for the next word; silence alone is not "
+                "transcribed (0: off)", "metavar": "MS"})
+
+
+def asr_policy_field(flag: str):
+    """Which words the recogniser makes final (``RecognizerOptions.policy``)."""
+    from simulmt.speech.recognizer import DEFAULT_POLICY, POLICIES
+
+    return field(default=DEFAULT_POLICY, metadata={
+        "help": f"{flag}which words the recogniser makes final: local-agreement (two transcripts agree on them) or "
+                "alignatt (Whisper's cross-attention aligns them before the audio's last half second: sooner, from "
+                "one transcript)", "choices": POLICIES})

@@ -8,10 +8,9 @@ import os
 from dataclasses import dataclass, field
 
 from simulmt.errors import SimulmtError
-from simulmt.speech.recognizer import DEFAULT_PAUSE_MS, DEFAULT_POLICY
-from simulmt.speech.recognizer import POLICIES as RECOGNISER_POLICIES
 from simulmt.core.layouts import LAYOUTS
 from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT
+from simulmt.option_fields import asr_pause_ms_field, asr_policy_field
 from simulmt.option_fields import (adapter_field, batch_size_field, context_pairs_field, context_tokens_field,
                                     device_field, dtype_field, language_field, model_field, phi_field, slot_field)
 from simulmt.core.prompt_format import language_name
@@ -34,15 +33,8 @@ class EvaluateOptions:
         "metavar": "NAME|DIR"})
     asr_step_ms: int = field(default=1000, metadata={
         "help": "with --source-audio: the recogniser transcribes again after this much new audio", "metavar": "MS"})
-    asr_pause_ms: int = field(default=DEFAULT_PAUSE_MS, metadata={
-        "help": "with --source-audio: a silence this long after speech (silero VAD) is a pause: the words "
-                "before it are final at once and the sentence ends there, without waiting for the next word; "
-                "silence alone is not transcribed (0: off)", "metavar": "MS"})
-    asr_policy: str = field(default=DEFAULT_POLICY, metadata={
-        "help": "with --source-audio: which words the recogniser makes final: local-agreement (two transcripts "
-                "agree on them) or alignatt (Whisper's cross-attention aligns them before the audio's last "
-                "half second: sooner, from one transcript)",
-        "choices": RECOGNISER_POLICIES})
+    asr_pause_ms: int = asr_pause_ms_field('with --source-audio: ')
+    asr_policy: str = asr_policy_field('with --source-audio: ')
     speech_model: str | None = field(default=None, metadata={
         "help": "with --source-audio: an end-to-end speech model folder instead of the recogniser (EASiST: "
                 "simulmt finetune-speech's DIR/model); its card's layout, policy and tau are the grid's defaults",

@@ -10,10 +10,9 @@ from dataclasses import dataclass, field
 
 from simulmt.core.talk import ContextWindow
 from simulmt.errors import SimulmtError
-from simulmt.speech.recognizer import DEFAULT_PAUSE_MS, DEFAULT_POLICY
-from simulmt.speech.recognizer import POLICIES as RECOGNISER_POLICIES
 from simulmt.service.limits import MAX_BACKLOG, MAX_BUFFER_CHARS, MAX_WORD_CHARS, MAX_WORD_TOKENS
 from simulmt.service.guard import MIN_TOKEN_LENGTH, TOKEN_ENV, Access, is_loopback, read_token
+from simulmt.option_fields import asr_pause_ms_field, asr_policy_field
 from simulmt.option_fields import (adapter_field, context_pairs_field, context_tokens_field, device_field, dtype_field,
                                     language_field, model_field)
 from simulmt.core.prompt_format import language_name
@@ -63,13 +62,8 @@ class ServeOptions:
         "help": "the recogniser for clients that send audio (binary frames): a packaged Whisper (tiny.en; base) "
                 "or a CTranslate2 folder; none: text only", "metavar": "NAME|DIR|none"})
     asr_workers: int = field(default=2, metadata={"help": "threads that run recognisers (audio clients share them)"})
-    asr_pause_ms: int = field(default=DEFAULT_PAUSE_MS, metadata={
-        "help": "a silence this long after speech (silero VAD) ends an audio client's sentence, its words final at "
-                "once; silence alone is not transcribed (0: off)", "metavar": "MS"})
-    asr_policy: str = field(default=DEFAULT_POLICY, metadata={
-        "help": "which words the recogniser makes final: local-agreement (two transcripts agree) or alignatt "
-                "(cross-attention aligns them before the audio's last half second: sooner, heard worse by tiny.en)",
-        "choices": RECOGNISER_POLICIES})
+    asr_pause_ms: int = asr_pause_ms_field('')
+    asr_policy: str = asr_policy_field('')
     device: str | None = device_field()
     dtype: str = dtype_field("auto")
     replicas: int = field(default=1, metadata={
