@@ -7,7 +7,7 @@ tokens: the decoding rules' vocabulary-wide work is counted). Everything else is
 (policy, layout, decoding rules, sampler), the requests, the cache's bookkeeping (rows, crops, key sides), the
 visibility masks and positions. The fake forward's own time (making the logits) is measured and left out.
 
-    python benchmarks/engine_cost.py [--streams 1,16,64,256] [--model DIR] [--threads 1] [--profile 64]
+    python benchmarks/engine_cost.py [--streams 1,16,64,256] [--model DIR] [--threads 1] [--profile 64 [--sort cumtime]]
                                      [--collector tuned|default]
 
 Prints, per stream count: rounds, forwards, target tokens, microseconds per stream per round (the engine's time
@@ -138,6 +138,7 @@ def main() -> None:
     parser.add_argument("--rounds-per-size", type=int, default=2, help="sentences = this x streams (at least 8)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", type=int, default=0, help="cProfile the run at this many streams")
+    parser.add_argument("--sort", default="tottime", help="the profile's order (cumtime: by the time under a call)")
     parser.add_argument("--collector", choices=("tuned", "default"), default="tuned",
                         help="Python's garbage collector: tuned (as simulmt's commands run it) or Python's default")
     args = parser.parse_args()
@@ -155,7 +156,7 @@ def main() -> None:
         profiler.enable()
         run(tr, free, args.profile, max(8, args.rounds_per_size * args.profile), args.layout, args.policy, args.k)
         profiler.disable()
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        pstats.Stats(profiler).sort_stats(args.sort).print_stats(25)
         return
     print(f"{'streams':>8} {'rounds':>7} {'forwards':>8} {'words':>6} {'engine s':>8} {'fake s':>7} "
           f"{'us/stream/round':>15} {'ms/forward':>10}")

@@ -192,8 +192,8 @@ class Engine:
             if shared:  # a stream's compute count is that of its whole request (prompt_cache.py)
                 flops += self.runner.compute.flops(shared, shared * (shared + 1) // 2, 0)
             own = hidden is not None and stream.features_layer == done.layer  # (another layer's are not its own)
-            stream.receive(logits[logit_rows:logit_rows + answers] if got else None, flops,
-                           hidden[answer:answer + answers] if own else None, served=request, best=best[i])
+            stream.receive(logits if got else None, flops, hidden if own else None, served=request, best=best[i],
+                           first=(logit_rows, answer))
             logit_rows += answers * got
             answer += answers
         self._count(done.rows, done.counts, done.shared)
@@ -234,7 +234,7 @@ class Engine:
             self.cache.crop(row, request.keep)
             flops = self.runner.compute.flops(n, int(sum(done.pairs[starts[i]:starts[i] + n])), 0,
                                               layers=done.layer + 1)
-            stream.receive(None, flops, done.hidden[answer:answer + done.answered[i]], served=request, stopped=True)
+            stream.receive(None, flops, done.hidden, served=request, stopped=True, first=(0, answer))
             answer += done.answered[i]
         self._count(done.rows, done.counts, [0] * len(done.rows))
         self.stats.stopped += 1
@@ -269,9 +269,8 @@ class Engine:
         fed = [r.tokens[n:] for (_, r), n in zip(requests, shared)]  # what this forward computes, per request
         counts = [len(f) for f in fed]
         tokens = [t for f in fed for t in f]
-        ids = torch.tensor([t.token_id for t in tokens])
-        positions = torch.tensor([t.position for t in tokens])
-        q_target = torch.tensor([t.role.target_side for t in tokens])
+        ids, positions, q_target = torch.tensor([(t.token_id, t.position, t.role.target_side) for t in tokens]).T
+        ids, positions, q_target = ids.contiguous(), positions.contiguous(), q_target.bool()  # (one pass)
         q_index = self.cache.prepare(rows, counts, q_target)
         sees = torch.tensor([s.layout.visibility.source_sees_target for s, _ in requests])
         visible = visible_rows(q_index[:, None], q_target[:, None], self.cache.key_sides(),

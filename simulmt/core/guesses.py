@@ -31,7 +31,6 @@ there.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 
 import torch
@@ -45,10 +44,8 @@ class Guesses:
 
     def _scratch_state(self):
         """A copy of the layout's state to try placements on (its lists copied: the stream's own stay as they are)."""
-        scratch = copy.copy(self.state)
-        for name, value in vars(scratch).items():
-            if isinstance(value, list):
-                setattr(scratch, name, list(value))
+        scratch = object.__new__(type(self.state))  # (``copy.copy`` without its generic protocol: every round)
+        scratch.__dict__.update({k: list(v) if isinstance(v, list) else v for k, v in vars(self.state).items()})
         return scratch
 
     def _opening_guess(self) -> tuple[tuple[PlacedToken, ...], tuple[PlacedToken, ...]]:
@@ -135,12 +132,13 @@ class Guesses:
         if first and not self.execution.alternatives:  # (the default: no pass over the vocabulary)
             return first
         if self._scores is None:  # the proposal was the engine's best token: its best that is not a stop
-            logits, best, rules = self._chosen_from
+            answer, rules = self._chosen_from
+            best = answer.best
             if not self.execution.alternatives:
                 token = self._best_allowed(best, replace(rules, stops=True))
                 if token is not None or best[1] < 0:
                     return () if token is None else (token,)
-            self._scores = self._allowed(logits, rules)  # (a rule it does not know: as before, from the scores)
+            self._scores = self._allowed(answer.logits, rules)  # (a rule it does not know: as before, from the scores)
         scores = self._scores[: len(self.vocabulary.stops)] + self.vocabulary.bias("stops", self._scores.device)
         if first:
             scores[first[0]] = float("-inf")

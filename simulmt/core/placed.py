@@ -21,15 +21,16 @@ class Role(str, Enum):
     TARGET = "target"  # a token of a target word
     END = "end"  # a predicted token that ends a target segment or the sentence (end-of-turn, eos)
 
-    @property
-    def target_side(self) -> bool:
-        """Target-side tokens may see source-side ones; the reverse is the layout's choice."""
-        return self in (Role.TARGET_MARKER, Role.TARGET, Role.END)
+    # (plain attributes, set below for each member: the engine asks them of every token, and an enum's property
+    # costs a descriptor call each time)
+    target_side: bool  # target-side tokens may see source-side ones; the reverse is the layout's choice
+    predicted: bool  # tokens the model is trained to predict (labels); markers are forced by the layout
 
-    @property
-    def predicted(self) -> bool:
-        """Tokens the model is trained to predict (labels); markers are forced by the layout."""
-        return self in (Role.TARGET, Role.END)
+
+for _role in Role:
+    _role.target_side = _role in (Role.TARGET_MARKER, Role.TARGET, Role.END)
+    _role.predicted = _role in (Role.TARGET, Role.END)
+del _role
 
 
 class PlacedToken(NamedTuple):

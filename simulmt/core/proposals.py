@@ -11,6 +11,7 @@ import torch
 
 from simulmt.core.decoding import Rules
 from simulmt.core.placed import Role
+from simulmt.core.requests import Answer
 from simulmt.core.translation import Proposal
 from simulmt.errors import SimulmtError
 
@@ -55,24 +56,27 @@ class Proposals:
             return self.forced[self.accepted][1] != len(self.written)
         return self.vocabulary.is_word_start(token)
 
-    def _propose(self, logits: torch.Tensor, best: tuple[int, int] | None = None) -> int:
-        """The next token from the answer's ``logits`` under the decoding rules. A greedy sampler's choice is the
-        best allowed token: where the engine found it for every row at once (``best``) and the rules it does not
-        know allow it, it is taken as it is, with no pass over the vocabulary here."""
+    def _propose(self, answer: Answer) -> int:
+        """The next token from the answer's logits under the decoding rules. A greedy sampler's choice is the best
+        allowed token: where the engine found it for every row at once (``answer.best``) and the rules it does not
+        know allow it, it is taken as it is, with no pass over the vocabulary here (nor the logits' row taken out:
+        ``Answer``)."""
+        best = answer.best
         if self.forced is not None:
             if self.accepted >= len(self.forced):
                 raise SimulmtError("teacher forcing ran past the forced target")
-            token, self._held_logprob = self.sampler.choose(logits, self.accepted)
+            token, self._held_logprob = self.sampler.choose(answer.logits, self.accepted)
         else:
             rules = self._rules()
             picks_best = best is not None and getattr(self.sampler, "picks_best", False)
             token = self._best_allowed(best, rules) if picks_best else None
             if token is not None:
-                self._scores, self._chosen_from = None, (logits, best, rules)
+                self._scores, self._chosen_from = None, (answer, rules)
                 if self.logprobs:
-                    self._held_logprob = float(torch.log_softmax(self._allowed(logits, rules).float(), -1)[token])
+                    self._held_logprob = float(torch.log_softmax(self._allowed(answer.logits, rules).float(),
+                                                                 -1)[token])
             else:
-                self._scores, self._chosen_from = self._allowed(logits, rules), None
+                self._scores, self._chosen_from = self._allowed(answer.logits, rules), None
                 token, self._held_logprob = self.sampler.choose(self._scores, self.accepted)
             self.choices[len(self.state.tokens)] = token  # what the model chose, before any rule below overrides it
             self._held_cause = "model"
@@ -82,11 +86,11 @@ class Proposals:
                 if self.source_finished or (self.policy.lets_model_end_segment and self.config.early_end == "read"):
                     token, self._held_cause = self.fmt.end_id, "repeat"
                 else:
-                    scores = self._allowed(logits, rules)
+                    scores = self._allowed(answer.logits, rules)
                     scores[list(self._repeat_bans())] = -torch.inf
                     token, self._held_logprob = self.sampler.choose(scores, self.accepted)
         if self.record:
-            self.proposals.append(Proposal(tuple(self.state.tokens), logits, token))
+            self.proposals.append(Proposal(tuple(self.state.tokens), answer.logits, token))
         return token
 
 

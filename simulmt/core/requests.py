@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 import torch
 
@@ -12,7 +13,24 @@ from simulmt.core.placed import PlacedToken
 from simulmt.core.translation import WrittenWord
 
 
-Answer = tuple  # (logits | None, hidden state | None, best tokens | None): the model's answer at one token
+class Answer(NamedTuple):
+    """The model's answer at one token: where it is in the forward's tensors, and its best tokens. Its logits and
+    hidden state are taken out of those tensors when asked for: most answers are used through their best tokens
+    alone (a row taken out of a tensor costs microseconds, per stream and round)."""
+
+    all_logits: torch.Tensor | None  # the forward's logits (None: none asked for)
+    row: int  # this answer's row in them
+    all_features: torch.Tensor | None  # the forward's hidden states (None: not asked for)
+    feature_row: int
+    best: tuple[int, int] | None  # ``Vocabulary.best`` of its logits, when the engine found it
+
+    @property
+    def logits(self) -> torch.Tensor | None:
+        return None if self.all_logits is None else self.all_logits[self.row]
+
+    @property
+    def features(self) -> torch.Tensor | None:
+        return None if self.all_features is None else self.all_features[self.feature_row]
 
 
 class Status(str, Enum):

@@ -116,8 +116,8 @@ class Stream(Source, Proposals, Guesses, Answers):
         self.held: int | None = None  # a proposal not yet acted on
         self._held_logprob = 0.0
         self._scores: torch.Tensor | None = None  # what the last proposal was chosen from (for a draft)
-        self._chosen_from: tuple[torch.Tensor, tuple[int, int], Rules] | None = None  # or, when it was the best
-        # token the engine found (``Vocabulary.best``): the logits, those best tokens and the rules then
+        self._chosen_from: tuple[Answer, Rules] | None = None  # or, when it was the best token the engine found
+        # (``Vocabulary.best``): the answer it was found in and the rules then
         self.accepted = 0  # target tokens accepted (index into ``forced``)
         self.target_tokens: list[int] = []  # every target token accepted, in order
         self._ngrams: dict[tuple[int, ...], set[int]] = {}  # every (n-1)-gram of them -> the tokens that followed it
@@ -171,7 +171,7 @@ class Stream(Source, Proposals, Guesses, Answers):
                     answer = self._logits(draft=True)
                     if answer is None:
                         return Status.NEEDS_MODEL
-                    self.held = self._propose(answer[0], answer[2])
+                    self.held = self._propose(answer)
             token = self.held
             if self.current and (self._is_end(token) or self._starts_word(token)):
                 self._commit(words)  # the word is complete; the policy decides before the proposal is used
@@ -221,7 +221,7 @@ class Stream(Source, Proposals, Guesses, Answers):
         target = self.state.tokens
         kept = common_prefix_length(self.fed, target)
         output = self._output(kept)
-        if output is not None and output[0] is not None:
+        if output is not None and output.all_logits is not None:
             if draft:
                 self.drafts = ()  # (a forward that fed them as guesses answered here, or they were not needed)
             return output

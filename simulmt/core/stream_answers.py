@@ -21,7 +21,7 @@ class Answers:
         """The last hidden state of the layout's last placed token, if the last forward returned it."""
         output = self._output()
         if output is not None:
-            return output[1]
+            return output.features
         if self.stopped_at is not None:  # the decision's features, if the layout's list is still what was fed
             keep, tokens, hidden = self.stopped_at
             placed = self.state.tokens
@@ -45,7 +45,7 @@ class Answers:
 
     def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None,
                 served: ForwardRequest | None = None, stopped: bool = False,
-                best: list[tuple[int, int]] | None = None) -> None:
+                best: list[tuple[int, int]] | None = None, first: tuple[int, int] = (0, 0)) -> None:
         """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
         if any were fed). ``logits`` (1 + speculative + alternatives, vocab), None when the request asked for none
         (or its ``logits_if`` said no); ``features`` (the same rows, hidden): the last hidden states, when the policy
@@ -53,7 +53,9 @@ class Answers:
         streams leaves the alternatives out). ``stopped``: the forward stopped at the policy head's layer (the
         request's ``reads_on`` said so): the cache row holds the first ``keep`` tokens only, and ``features`` has the
         decision's row; the tokens are fed again, whole, with the next request. ``best``: per row of ``logits``,
-        ``Vocabulary.best`` of it, when the engine computed them (for all rows of the forward at once)."""
+        ``Vocabulary.best`` of it, when the engine computed them (for all rows of the forward at once). ``first``:
+        where this stream's rows begin in ``logits`` and in ``features`` (the engine hands on the forward's whole
+        tensors: a row is taken out only when the stream uses its answer)."""
         request, self.pending = self.pending, None
         if request is None:
             raise SimulmtError("receive() without a pending forward request")
@@ -72,7 +74,7 @@ class Answers:
             self.fed = self.fed[: request.keep]
             self.guessed = self.alternates = 0
             self.outputs, self.alternate_outputs, self.guessed_answers = {}, {}, set()
-            self.stopped_at = (request.keep, tuple(listed), features[0])
+            self.stopped_at = (request.keep, tuple(listed), features[first[1]])
             self.tokens_fed += len(request.tokens)
             self.refed_tokens += len(listed)  # (they come again in the next forward)
             self.forward_calls += 1
@@ -81,8 +83,8 @@ class Answers:
             return
         self.fed = self.fed[: request.keep] + list(request.tokens)
         self.guessed, self.alternates = request.speculative + request.alternatives, request.alternatives
-        answers = [(None if logits is None else logits[i], None if features is None else features[i],
-                    None if best is None else best[i]) for i in range(1 + request.speculative + request.alternatives)]
+        answers = [Answer(logits, first[0] + i, features, first[1] + i, None if best is None else best[i])
+                   for i in range(1 + request.speculative + request.alternatives)]
         chain = len(self.fed) - request.alternatives  # tokens up to the last guess, in cache order
         self.outputs = {chain - request.speculative + i: answers[i] for i in range(1 + request.speculative)}
         self.guessed_answers = set(range(chain - request.speculative + 1, chain + 1))
