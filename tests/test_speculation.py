@@ -13,8 +13,8 @@ import torch
 
 from helpers import SOURCE, TARGET, forced_tokens, tiny_interleaved_translator, tiny_translator
 from simulmt.core.engine import Engine, run_batched
-from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, ExpostSeesEarlier, GroupPositions, Interleaved, NaiveReuse,
-                                  PrefixRecompute)
+from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, ExpostSeesEarlier, GroupPositions,
+                                  GroupPositionsOverlap, Interleaved, NaiveReuse, PrefixRecompute)
 from simulmt.core.learned_policy import Learned, PolicyHead
 from simulmt.core.policies import ReadN, Scheduled, WaitK, wait_k_delays
 from simulmt.core.stream import Stream
@@ -256,3 +256,41 @@ def test_a_read_whose_source_is_here_is_fed_with_the_last_target_token(monkeypat
         list(live.advance())
     mid_word = [roles for roles in fed if roles[0] == "TARGET"]
     assert mid_word and all(set(roles) == {"TARGET"} for roles in mid_word)  # no source fed after a target token
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_a_layout_s_read_keeps_list_skips_only_guesses_that_could_not_be_right(monkeypatch, arch):
+    """``Layout.read_keeps_list`` spares the placing of a read-ahead guess where the read would move a placed token.
+    Asked to say True everywhere (as a layout that does not know), every stream feeds the same tokens in the same
+    forwards: no guess it skipped would have been used. And where it says False, the guess made anyway is empty."""
+    tr = tiny_translator(arch)
+    said_false = 0
+    for i, (layout, policy) in enumerate(TEXT_MIX + [(Expost(slot=2), WaitK(1)), (GroupPositionsOverlap(), WaitK(1))]):
+        text = SOURCES[i % len(SOURCES)]
+        hinted = run(monkeypatch, tr, text, layout, policy, True)
+        told = type(layout).read_keeps_list
+        asked = []
+
+        def always(self, state, unit):
+            asked.append(told(self, state, unit))
+            return True
+        monkeypatch.setattr(type(layout), "read_keeps_list", always)
+        empty_guesses = []
+        guess = Stream._reading_guess
+
+        def watched(self):
+            asked.clear()
+            out = guess(self)
+            if asked and not asked[0]:
+                empty_guesses.append(out == ())
+            return out
+        monkeypatch.setattr(Stream, "_reading_guess", watched)
+        plain = run(monkeypatch, tr, text, layout, policy, True)
+        monkeypatch.undo()
+        a, b = hinted.result(), plain.result()
+        assert (a.prediction, a.delays) == (b.prediction, b.delays)
+        assert (a.forward_calls, a.tokens_fed, a.speculated, a.speculated_kept) == (
+            b.forward_calls, b.tokens_fed, b.speculated, b.speculated_kept)
+        assert all(empty_guesses)
+        said_false += len(empty_guesses)
+    assert said_false > 0  # (the hint did skip guesses)

@@ -75,6 +75,8 @@ class Guesses:
         arrival), are here."""
         if self.wants_features or not 0 < self.state.units_read < len(self.units):
             return ()
+        if not self.layout.read_keeps_list(self.state, self.units[self.state.units_read]):
+            return ()  # (the read would move a placed token: no guess can be right)
         arrived = self.arrivals[self.state.units_read - 1]  # read ahead only what came with what was read
         state = self.stream_state()
         state = replace(state, target_words=state.target_words + 1, segment_words=state.segment_words + 1,

@@ -6,6 +6,8 @@ A mixin of ``Stream`` (stream.py), which owns the state it reads and writes: ``u
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import time
 
 import torch
@@ -79,8 +81,7 @@ class Source:
 
     def stream_state(self) -> StreamState:
         read = self.state.units_read
-        waiting = 0
-        while read and read + waiting < len(self.units) and self.arrivals[read + waiting] == self.arrivals[read - 1]:
-            waiting += 1
+        # units that came with the last one read and wait to be read (arrivals never decrease: a run after ``read``)
+        waiting = bisect_right(self.arrivals, self.arrivals[read - 1], lo=read) - read if read else 0
         return StreamState(read, self.source_finished, len(self.written), self.segment_reads, self.segment_words,
                            self.model_ended_segment, self.features if self.wants_features else None, waiting)

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulmt.errors import SimulmtError
-from simulmt.core.layouts.base import Layout, LayoutState, place, place_source_before_last_target, retract_tentative_opener
+from simulmt.core.layouts.base import (Layout, LayoutState, keeps_placed, place, place_source_before_last_target,
+                                      retract_tentative_opener)
 from simulmt.core.placed import Role
 from simulmt.core.prompt_format import PromptFormat
 
@@ -56,6 +57,11 @@ class Expost(Layout):
             self._new_slot(state, state.next_position)
             state.opened = state.target_written = False
         self._fill_slot(state, unit)
+
+    def read_keeps_list(self, state: ExpostState, unit: tuple[int, ...]) -> bool:
+        if state.opened and state.target_written and state.slot_used + len(unit) > state.slot_capacity:
+            return True  # a new slot after the output: the read only appends
+        return keeps_placed(state)
 
     @staticmethod
     def _new_slot(state: ExpostState, start: int) -> None:

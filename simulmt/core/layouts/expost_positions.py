@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulmt.core.layouts.base import keeps_placed
 from simulmt.core.layouts.expost import Expost, ExpostState
 from simulmt.core.placed import PlacedToken, Role
 from simulmt.core.prompt_format import PromptFormat
@@ -44,6 +45,9 @@ class ExpostPositions(Expost):
             self._new_slot(state, state.tokens[-1].position + 1)  # after the last target token, unmarked
             state.slot_followed = False
         self._fill_slot(state, unit)
+
+    def read_keeps_list(self, state: ExpostPositionsState, unit: tuple[int, ...]) -> bool:
+        return super().read_keeps_list(state, unit) if not state.target_written else keeps_placed(state)
 
     def open_target(self, state: ExpostPositionsState) -> None:
         if not state.target_written:

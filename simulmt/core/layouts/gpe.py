@@ -10,7 +10,8 @@ token is deferred past them (base.py), as in expost. ``phi`` must exceed every s
 from __future__ import annotations
 
 from simulmt.errors import SimulmtError
-from simulmt.core.layouts.base import Layout, LayoutState, place, place_source_before_last_target, retract_tentative_opener
+from simulmt.core.layouts.base import (Layout, LayoutState, keeps_placed, place, place_source_before_last_target,
+                                      retract_tentative_opener)
 from simulmt.core.placed import Role
 
 
@@ -29,6 +30,9 @@ class GroupPositions(Layout):
             raise SimulmtError(f"gpe: the source group reached position {first + len(unit)}, past the target "
                                f"group's start phi={self.phi}; use a larger --phi for sources this long")
         place_source_before_last_target(state, unit, first)
+
+    def read_keeps_list(self, state: LayoutState, unit: tuple[int, ...]) -> bool:
+        return keeps_placed(state)
 
     def open_target(self, state: LayoutState) -> None:
         if not state.opened:

@@ -10,7 +10,8 @@ invariant, and the test suite checks that it does not.
 
 from __future__ import annotations
 
-from simulmt.core.layouts.base import Layout, LayoutState, place, place_source_before_last_target, retract_tentative_opener
+from simulmt.core.layouts.base import (Layout, LayoutState, keeps_placed, place, place_source_before_last_target,
+                                      retract_tentative_opener)
 from simulmt.core.placed import PlacedToken, Role
 
 
@@ -20,6 +21,9 @@ class NaiveReuse(Layout):
     def read(self, state: LayoutState, unit: tuple[int, ...]) -> None:
         retract_tentative_opener(state)
         place_source_before_last_target(state, unit, len(state.fmt.prompt) + state.source_tokens)
+
+    def read_keeps_list(self, state: LayoutState, unit: tuple[int, ...]) -> bool:
+        return keeps_placed(state)
 
     def open_target(self, state: LayoutState) -> None:
         if not state.opened:

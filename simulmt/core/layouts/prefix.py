@@ -37,6 +37,9 @@ class PrefixRecompute(Layout):
         state.units_read += 1
         state.source_tokens += len(unit)
 
+    def read_keeps_list(self, state: PrefixState, unit: tuple[int, ...]) -> bool:
+        return not state.opened  # (an opened target is taken off at a read)
+
     def open_target(self, state: PrefixState) -> None:
         if not state.opened:
             place(state, state.fmt.target_opener, Role.TARGET_MARKER, state.next_position)
