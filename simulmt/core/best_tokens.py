@@ -60,9 +60,13 @@ class BestTokens:
         blocks = x.reshape(rows, self.blocks, BLOCK)
         m = blocks.amax(dim=-1).float()[:, None, :].repeat(1, len(sets), 1)  # (rows, sets, blocks): the one pass
         if len(dirty):  # the blocks that hold excluded tokens, again without them
-            m[:, :, dirty] = (blocks[:, dirty].float()[:, None] + dirty_bias).amax(dim=-1)
+            m.index_copy_(2, dirty, (blocks.index_select(1, dirty).float()[:, None] + dirty_bias).amax(dim=-1))
         best, block = m.max(dim=-1)  # (rows, sets): the first block that holds the maximum (``max`` gives the
         # first index of a tie, as ``argmax``, at about half its cost on a CPU)
-        within = (blocks[torch.arange(rows, device=logits.device)[:, None], block].float()
-                  + bias[sets[None, :], block]).max(dim=-1).indices
+        # each row's chosen blocks and their exclusions, by flat row numbers (``index_select``: a fraction of the
+        # cost of indexing with tensors on a CPU)
+        chosen = blocks.reshape(rows * self.blocks, BLOCK).index_select(
+            0, (torch.arange(rows, device=logits.device)[:, None] * self.blocks + block).view(-1))
+        excluded = bias.view(-1, BLOCK).index_select(0, (sets[None, :] * self.blocks + block).view(-1))
+        within = (chosen.float() + excluded).view(rows, len(sets), BLOCK).max(dim=-1).indices
         return (block * BLOCK + within).masked_fill(best == float("-inf"), -1)
