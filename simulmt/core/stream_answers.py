@@ -47,15 +47,15 @@ class Answers:
                 served: ForwardRequest | None = None, stopped: bool = False,
                 best: list[tuple[int, int]] | None = None, first: tuple[int, int] = (0, 0)) -> None:
         """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
-        if any were fed). ``logits`` (1 + speculative + alternatives, vocab), None when the request asked for none
-        (or its ``logits_if`` said no); ``features`` (the same rows, hidden): the last hidden states, when the policy
-        wants them. ``served``: the request as the engine served it, if not as posted (a forward shared by several
-        streams leaves the alternatives out). ``stopped``: the forward stopped at the policy head's layer (the
-        request's ``reads_on`` said so): the cache row holds the first ``keep`` tokens only, and ``features`` has the
-        decision's row; the tokens are fed again, whole, with the next request. ``best``: per row of ``logits``,
-        ``Vocabulary.best`` of it, when the engine computed them (for all rows of the forward at once). ``first``:
-        where this stream's rows begin in ``logits`` and in ``features`` (the engine hands on the forward's whole
-        tensors: a row is taken out only when the stream uses its answer)."""
+        if any were fed). ``logits``: its 1 + speculative + alternatives rows from row ``first[0]`` on (the
+        forward's whole tensor: a row is taken out only when the stream uses its answer), None when the request
+        asked for none (or its ``logits_if`` said no); ``features`` (the same answers from row ``first[1]`` on,
+        hidden): the last hidden states, when the policy wants them. ``served``: the request as the engine served
+        it, if not as posted (a forward shared by several streams leaves the alternatives out). ``stopped``: the
+        forward stopped at the policy head's layer (the request's ``reads_on`` said so): the cache row holds the
+        first ``keep`` tokens only, and ``features`` has the decision's row; the tokens are fed again, whole, with
+        the next request. ``best``: per answer, ``Vocabulary.best`` of its logits, when the engine computed them
+        (for all rows of the forward at once)."""
         request, self.pending = self.pending, None
         if request is None:
             raise SimulmtError("receive() without a pending forward request")
