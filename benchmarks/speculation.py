@@ -1,6 +1,7 @@
 """What the stream's guesses save (simulmt/core/stream.py, "Guesses"), with a real model, in one run.
 
-Every input is streamed three times side by side: guesses off (``Execution.speculate``), the draft alone
+Every input is streamed four times side by side: guesses off (``Execution.speculate``), guesses without the
+read-ahead that places a moved token again (``Execution.moved_guesses``: expost's deferral), the draft alone
 (``Execution.alternatives = 0``, the default), and the draft with alternatives (``--alternatives``, 2 here); the outputs
 must be identical (the script stops if a prediction differs). Prints, per configuration: LLM forward calls and wall
 ms per target token in each run, the ratio of the last to off, and how many guessed tokens the layout placed::
@@ -26,9 +27,9 @@ from dataclasses import replace
 from simulmt.core.policies import make_policy
 
 
-def _stream(make, runner, speculate: bool, alternatives: int):
+def _stream(make, runner, speculate: bool, alternatives: int, moved: bool = True):
     saved = runner.execution
-    runner.execution = replace(saved, speculate=speculate, alternatives=alternatives)
+    runner.execution = replace(saved, speculate=speculate, alternatives=alternatives, moved_guesses=moved)
     try:
         start = time.perf_counter()
         session, result = make()
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float16-packed")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--alternatives", type=int, default=2)
+    parser.add_argument("--only", default="", help="only the configurations whose name holds this (e.g. expost)")
     args = parser.parse_args(argv)
     if bool(args.source) == bool(args.audio):
         parser.error("give --source or --audio")
@@ -82,11 +84,13 @@ def main(argv: list[str] | None = None) -> int:
                 session = tr.session(layout, policy)
                 return session, session.run(x)
             configurations.append((name, make, tr.runner))
+    configurations = [c for c in configurations if args.only in c[0]]
     print(f"{len(inputs)} inputs, {args.dtype}, {torch.get_num_threads()} threads", file=sys.stderr)
-    runs = (("off", False, 0), ("draft", True, 0), (f"+{args.alternatives} alternatives", True, args.alternatives))
-    print(f"| configuration | target tokens | forwards / token: {' | '.join(n for n, _, _ in runs)} | ms / token: "
-          f"{' | '.join(n for n, _, _ in runs)} | last / off | guesses placed / fed: "
-          f"{' | '.join(n for n, _, _ in runs[1:])} |")
+    runs = (("off", False, 0, True), ("no moved guesses", True, 0, False), ("draft", True, 0, True),
+            (f"+{args.alternatives} alternatives", True, args.alternatives, True))
+    print(f"| configuration | target tokens | forwards / token: {' | '.join(r[0] for r in runs)} | ms / token: "
+          f"{' | '.join(r[0] for r in runs)} | last / off | guesses placed / fed: "
+          f"{' | '.join(r[0] for r in runs[1:])} |")
     print("|---|---:" + "|---:" * (2 * len(runs) + 1 + len(runs) - 1) + "|")
     for name, make, runner in configurations:
         make(inputs[0])  # warm-up
@@ -94,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         forwards, ms, kept, guessed = ([0.0] * len(runs) for _ in range(4))
         for x in inputs:
             outputs = []
-            for i, (_, speculate, alternatives) in enumerate(runs):
-                session, result, t = _stream(lambda: make(x), runner, speculate, alternatives)
+            for i, (_, speculate, alternatives, moved) in enumerate(runs):
+                session, result, t = _stream(lambda: make(x), runner, speculate, alternatives, moved)
                 outputs.append(result)
                 forwards[i] += result.forward_calls
                 ms[i] += t

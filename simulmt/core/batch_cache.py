@@ -159,6 +159,20 @@ class BatchKVCache:
                 if t is not None:
                     t[slot, :, target] = t[slot, :, source]
 
+    def drop(self, row: int, index: int) -> None:
+        """Take the cached token at ``index`` out of a row: the tokens after it move down by one (a guess that
+        re-placed it after what a read placed is the layout's list now; stream.py)."""
+        length = self.lengths[row]
+        if not 0 <= index < length:
+            raise ValueError(f"cannot drop cached token {index} of row {row}: it holds {length}")
+        self.target_side[row, index:length - 1] = self.target_side[row, index + 1:length].clone()
+        slot = self.slots[row]
+        for store in (self.keys, self.values):
+            for t in store:
+                if t is not None:
+                    t[slot, :, index:length - 1] = t[slot, :, index + 1:length].clone()
+        self.lengths[row] = length - 1
+
     def crop(self, row: int, keep: int) -> None:
         if not 0 <= keep <= self.lengths[row]:
             raise ValueError(f"cannot keep {keep} cached tokens of row {row}: it holds {self.lengths[row]}")

@@ -76,7 +76,7 @@ def _without_guesses(request: ForwardRequest) -> ForwardRequest:
     if not request.speculative:
         return request
     return replace(request, tokens=request.tokens[:len(request.tokens) - request.speculative], speculative=0,
-                   logits=request.logits and request.logits_if is None, logits_if=None)
+                   logits=request.logits and request.logits_if is None, logits_if=None, replaces=None)
 
 
 @dataclass
@@ -133,8 +133,8 @@ class Engine:
         if stream.t0 is not None:  # the clock of a stream that waited in a queue starts when it joins
             stream.t0 = time.perf_counter()
         execution = self.runner.execution  # how it computes: as every stream of this runner (execution.py)
-        if self.runner.alibi:  # its key distances count cache slots: an alternative is not in its guess's slot
-            execution = replace(execution, alternatives=0)
+        if self.runner.alibi:  # its key distances count cache slots: an alternative is not in its guess's slot,
+            execution = replace(execution, alternatives=0, moved_guesses=False)  # nor a re-placed token in its own
         stream.execution = execution
         self.streams.append(stream)
         self._rows[id(stream)] = len(self.streams) - 1
@@ -269,8 +269,14 @@ class Engine:
                                                           for _, r in requests) >= self.guess_rows
             if crowded:  # no guesses (see guess_rows)
                 requests = [(s, _without_guesses(r)) for s, r in requests]
+        window = self.runner.window
+        if window and any(r.replaces is not None and r.speculative > window for _, r in requests):
+            requests = [(s, _without_guesses(r) if r.replaces is not None and r.speculative > window else r)
+                        for s, r in requests]  # (a guess longer than a sliding window: its masks would not be exact)
         rows = [self._row(s) for s, _ in requests]
         for row, (_, request) in zip(rows, requests):
+            if request.drop is not None and request.drop < request.keep:  # (else the crop drops it anyway)
+                self.cache.drop(row, request.drop)
             if request.move is not None and request.move[1] < request.keep:  # (else the crop drops it anyway)
                 self.cache.move(row, *request.move)
             self.cache.crop(row, request.keep)
@@ -287,6 +293,7 @@ class Engine:
                                self._target_before(requests, shared, counts))[:, 0]  # (N, K)
         ends = torch.cumsum(torch.tensor(counts), 0)
         q_index = self._alternatives(requests, ends.tolist(), q_index, visible)
+        q_index = self._replaced(requests, ends.tolist(), q_index, visible)
         distances = self._distances(requests, counts, visible, q_index, q_target) if self.runner.alibi else None
         answered = [1 + r.speculative + r.alternatives for _, r in requests]  # the list's last query, each guess
         answers = torch.tensor(answered)  # each request's answered queries are its last ones
@@ -363,6 +370,22 @@ class Engine:
                 for q in range(end - n, end):
                     visible[q, slot:int(q_index[q])] = False
                 at[end - n:end] = slot
+        return at
+
+    @staticmethod
+    def _replaced(requests, ends: list[int], q_index: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """A guess that re-places a cached token (``ForwardRequest.replaces``) does not see that token (``visible``
+        is changed in place), and its queries sit one key index lower for sliding windows: where the guess is used
+        the token leaves the row (``drop``), and every key before it is one index nearer. (Keys within the guess
+        are then one index too near; the engine feeds no guess longer than the window.)"""
+        if not any(r.replaces is not None and r.speculative for _, r in requests):
+            return q_index
+        at = q_index.clone()
+        for (_, request), end in zip(requests, ends):
+            if request.replaces is not None and request.speculative:
+                first, last = end - request.alternatives - request.speculative, end - request.alternatives
+                visible[first:last, request.replaces] = False
+                at[first:last] -= 1
         return at
 
     def _distances(self, requests, counts, visible, q_index, q_target) -> torch.Tensor:

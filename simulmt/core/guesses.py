@@ -19,6 +19,11 @@ it goes on, the guess is dropped. Interleaved wait-3 on 20 Multi30k sentences gi
 target token, 0.81x the time, the same output (a learned policy, which decides on the hidden state after the read,
 gets none).
 
+Where the read moves the list's last token after the units (expost's, gpe's and naive's deferral of the last
+target token), the guess is the units and that token placed again (``ForwardRequest.replaces``: the guessed tokens
+do not see its first copy). If the word ends there, the row without the first copy is the layout's list: the next
+request takes it out (``ForwardRequest.drop``), and the read costs no forward of its own
+(``Execution.moved_guesses``).
 
 The draft is the model's first choice before the read; its next choices (``Execution.alternatives`` of them, none by
 default) can be fed in the same forward as alternatives: each at the draft's place (same position id), seeing what
@@ -62,7 +67,7 @@ class Guesses:
             return (), ()
         return guesses, drafts[1:]
 
-    def _reading_guess(self) -> tuple[PlacedToken, ...]:
+    def _reading_guess(self) -> tuple[tuple[PlacedToken, ...], int | None]:
         """Read-ahead: the word being written may end at the proposal this forward answers, and a policy that decides
         on counts alone may then read before it writes again. When the units it would read are here already, the
         tokens the layout would place for them (what a READ closes, the units, the opener of the next target) are
@@ -72,37 +77,54 @@ class Guesses:
         Only units of the arrival of the last unit read (or an earlier one) are read ahead: a simulation that pushes
         a whole speech file with each word's arrival must not compute a word before its block has come (which would
         flatter its computation-aware latency); a live stream's words of one block, or a text given whole (one
-        arrival), are here."""
+        arrival), are here.
+
+        Where the read moves the list's last token after what it places (expost's deferral of the last target
+        token), the guess starts with what the read places and places that token again; the cache row then holds it
+        twice, and if the guess is used the first leaves the row (returned: its index, ``ForwardRequest.replaces``;
+        ``_settle_guesses``). Returns the guessed tokens and that index (None: the guess only appends)."""
         if self.wants_features or not 0 < self.state.units_read < len(self.units):
-            return ()
+            return (), None
         if not self.layout.read_keeps_list(self.state, self.units[self.state.units_read]):
-            return ()  # (the read would move a placed token: no guess can be right)
+            return (), None  # (the read would take placed tokens back: no guess can be right)
         arrived = self.arrivals[self.state.units_read - 1]  # read ahead only what came with what was read
         state = self.stream_state()
         state = replace(state, target_words=state.target_words + 1, segment_words=state.segment_words + 1,
                         model_ended_segment=False, source_waiting=0)  # as if the word ended here
         if self.policy.decide(state) is not Action.READ:
-            return ()
+            return (), None
         scratch = self._scratch_state()
         while self.policy.decide(state) is Action.READ:
             if scratch.units_read >= len(self.units) or self.arrivals[scratch.units_read] > arrived:
-                return ()  # it would wait for more source (a later arrival): that forward comes when it does
+                return (), None  # it would wait for more source (a later arrival): that forward comes when it does
             self.layout.read(scratch, self.units[scratch.units_read])
             state = replace(state, source_read=scratch.units_read, segment_reads=state.segment_reads + 1,
                             segment_words=0, source_finished=(self.stream_finished
                                                               and scratch.units_read == len(self.units)))
         self.layout.open_target(scratch)
-        n = len(self.state.tokens)
+        n, replaces = len(self.state.tokens), None
         if scratch.tokens[:n] != self.state.tokens or len(scratch.tokens) == n:
-            return ()
+            last = self.state.tokens[-1]
+            if not (self._moves_guess() and scratch.tokens[:n - 1] == self.state.tokens[:n - 1]
+                    and last in scratch.tokens[n:]):
+                return (), None
+            n, replaces = n - 1, n - 1  # the read moved the last token after what it placed: the guess places it
         guesses = tuple(scratch.tokens[n:])
-        if self.max_positions is not None and guesses[-1].position >= self.max_positions:
-            return ()
-        return guesses
+        if self.max_positions is not None and max(t.position for t in guesses) >= self.max_positions:
+            return (), None
+        return guesses, replaces
+
+    def _moves_guess(self) -> bool:
+        """May a guess place a cached token again (``_reading_guess``)? Not where a source-side token sees target
+        keys by their index in the row (``earlier_slots``: the row's indices change when the first copy leaves)."""
+        return self.execution.moved_guesses and not self.layout.visibility.earlier_slots
 
     def _settle_guesses(self) -> None:
         """The layout placed more tokens: those that are the guesses the cache row holds are the layout's now. Where
-        it placed an alternative instead of the last guess, the alternative takes the guess's place."""
+        it placed an alternative instead of the last guess, the alternative takes the guess's place; where the read
+        moved the token a guess re-places (``replaces``), the first copy leaves the row."""
+        if self.replaced is not None:
+            self._settle_replaced()
         start = len(self.fed) - self.guessed
         if not self.guessed or common_prefix_length(self.fed, self.state.tokens) < start:
             return  # (the layout changed before them: they are not its tokens, whatever they look like)
@@ -120,6 +142,24 @@ class Guesses:
             self.guessed_answers = {start + 1}
             self.guessed = self.alternates = 0
             self.speculated_kept += 1
+
+    def _settle_replaced(self) -> None:
+        """The guess after the cached token at ``replaced`` placed that token again after what a read places: if the
+        layout's list now goes on with the guess where that token was, the read happened as guessed. The token
+        leaves the row (the next request's ``drop``) and the row's answers after it move down by one. It counts as
+        the crop and the re-fed token that the read costs without the guess."""
+        h = self.replaced
+        tokens, fed = self.state.tokens, self.fed
+        if not (len(tokens) > h and h + 1 < len(fed) and tokens[h] == fed[h + 1]
+                and common_prefix_length(fed, tokens) >= h):
+            return
+        self.replaced, self.drop = None, h
+        self.fed = fed[:h] + fed[h + 1:]
+        self.outputs = {k - 1: v for k, v in self.outputs.items() if k > h + 1}  # (the answer at the moved token
+        # itself was used: it proposed the word end that made the read)
+        self.guessed_answers = {k - 1 for k in self.guessed_answers if k > h + 1}
+        self.cache_crops += 1
+        self.refed_tokens += 1
 
     def _guess(self) -> tuple[int, ...]:
         """The tokens the model would write next if it could not end the segment here, best first (its proposal

@@ -54,6 +54,10 @@ class ForwardRequest:
     speculative: int = 0
     alternatives: int = 0  # the last tokens stand in for the last guess: see what it sees, not it (nor each other)
     move: tuple[int, int] | None = None  # before keeping: copy the cached token at index [0] to index [1]
+    drop: int | None = None  # before keeping: take the cached token at this index out of the row (the later ones
+    # move down by one): a guess that re-placed it is the layout's now (``replaces``)
+    replaces: int | None = None  # the guess re-places the cached token at this index after what it places (a
+    # read moves the list's last token there: expost's deferral): the guessed tokens do not see that token
     logits_if: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the hidden state
     # of the list's last token: are the logits wanted? (a learned policy that reads on needs none: no LM head)
     decides: bool = False  # the list's last token is a decision point: its features are wanted (at the policy

@@ -102,6 +102,8 @@ class Stream(Source, Proposals, Guesses, Answers):
         self.alternates = 0  # of those, the last ones that are alternatives (``ForwardRequest.alternatives``)
         self.alternate_outputs: dict[int, Answer] = {}  # index in ``fed``
         self.move: tuple[int, int] | None = None  # an alternative the layout placed: its cache slot -> the guess's
+        self.replaced: int | None = None  # the cache row's index of a token the guesses after it place again
+        self.drop: int | None = None  # a token the next forward takes out of the row (a used guess re-placed it)
         self.guessed_answers: set[int] = set()  # keys of ``outputs`` answered at a guessed token, not yet used
         self.answers_from_guesses = 0  # answers used at a guessed token: each is a forward saved
         self.pending: ForwardRequest | None = None
@@ -238,11 +240,13 @@ class Stream(Source, Proposals, Guesses, Answers):
                 guesses = ()
         if draft:
             self.drafts = ()  # one guess per READ
-        alternatives = max(0, len(guesses) - 1)
+        alternatives, replaces = max(0, len(guesses) - 1), None
         if draft and self.execution.speculate and self.execution.read_ahead and self.current and not guesses:
-            guesses, alternatives = self._reading_guess(), 0
+            (guesses, replaces), alternatives = self._reading_guess(), 0
+            if replaces is not None and replaces != keep + len(new) - 1:
+                guesses, replaces = (), None  # (it re-places the list's last token, fed now: nothing else)
         self.pending = ForwardRequest(keep, new + guesses, speculative=len(guesses) - alternatives,
-                                      alternatives=alternatives, move=self.move)
+                                      alternatives=alternatives, move=self.move, drop=self.drop, replaces=replaces)
         return None
 
     def _features_at_hand(self) -> bool:

@@ -67,7 +67,8 @@ class Answers:
             dropped = set(self.fed[request.keep:len(self.fed) - self.guessed])  # (not a guess the layout left)
             self.cache_crops += 1
             self.refed_tokens += sum(t in dropped for t in request.tokens)
-        self.move = None  # (the engine made it)
+        self.move = self.drop = None  # (the engine made them)
+        self.replaced = request.replaces if request.speculative else None
         self.stopped_at = None
         if stopped:
             listed = request.tokens[:len(request.tokens) - request.speculative - request.alternatives]

@@ -228,9 +228,10 @@ class Talk(Stream):
             self.context.append(self.layout.context_ids(self.talk_format, source, tuple(self.target_tokens)))
         for _ in range(self.window.evict([len(p) for p in self.context])):
             self.context.popleft()
-        fed, guessed, t0 = self.fed, self.guessed, self.t0
+        fed, guessed, t0, move, drop = self.fed, self.guessed, self.t0, self.move, self.drop
         self._begin(self.context_format())
         self.fed, self.t0 = fed[:len(fed) - guessed], t0  # the row holds these (a guess at the end is not kept)
+        self.move, self.drop = move, drop  # (what the row still owes ``fed``: the next forward makes it)
         self._route()
 
     def context_format(self) -> PromptFormat:

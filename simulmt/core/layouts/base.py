@@ -67,10 +67,11 @@ class Layout(ABC):
     def open_target(self, state: LayoutState) -> None: ...
 
     def read_keeps_list(self, state: LayoutState, unit: tuple[int, ...]) -> bool:
-        """Would ``read(state, unit)`` now leave every token placed so far where it is (the list only grows)? A
-        stream guesses ahead of a read (read-ahead, guesses.py) only then: a read that moves or takes back a placed
-        token (expost deferring the last target token, prefix taking the target off) makes the guess wrong whatever
-        it is. True unless the layout knows better; saying True where it is not only costs the guess's placing."""
+        """Would ``read(state, unit)`` now leave every token placed so far where it is, but perhaps the last one,
+        moved after what the read places (expost's deferral of the last target token)? A stream guesses ahead of a
+        read (read-ahead, guesses.py) only then: a read that takes placed tokens back (prefix taking the target
+        off, a tentative opener retracted) makes the guess wrong whatever it is. True unless the layout knows
+        better; saying True where it is not only costs the guess's placing."""
         return True
 
     def write(self, state: LayoutState, token_id: int, word: int) -> None:
@@ -127,11 +128,10 @@ def retract_tentative_opener(state: LayoutState) -> None:
 
 
 def keeps_placed(state: LayoutState) -> bool:
-    """Do ``retract_tentative_opener`` and ``place_source_before_last_target`` leave every placed token where it is
-    (no tentative opener to take back, no target token to defer)?"""
-    last = state.tokens[-1].role if state.tokens else None
-    return not ((state.opened and not state.target_written and last is Role.TARGET_MARKER)
-                or (state.target_written and last is Role.TARGET))
+    """Do ``retract_tentative_opener`` and ``place_source_before_last_target`` leave every placed token where it is,
+    but the last target token, which the second moves after the unit (no tentative opener to take back)?"""
+    return not (state.opened and not state.target_written and state.tokens
+                and state.tokens[-1].role is Role.TARGET_MARKER)
 
 
 def place_source_before_last_target(state: LayoutState, unit: tuple[int, ...], first_position: int) -> None:

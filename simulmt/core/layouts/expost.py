@@ -61,7 +61,7 @@ class Expost(Layout):
     def read_keeps_list(self, state: ExpostState, unit: tuple[int, ...]) -> bool:
         if state.opened and state.target_written and state.slot_used + len(unit) > state.slot_capacity:
             return True  # a new slot after the output: the read only appends
-        return keeps_placed(state)
+        return keeps_placed(state)  # (else the last target token moves after the unit)
 
     @staticmethod
     def _new_slot(state: ExpostState, start: int) -> None:
