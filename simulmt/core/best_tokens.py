@@ -64,9 +64,12 @@ class BestTokens:
         best, block = m.max(dim=-1)  # (rows, sets): the first block that holds the maximum (``max`` gives the
         # first index of a tie, as ``argmax``, at about half its cost on a CPU)
         # each row's chosen blocks and their exclusions, by flat row numbers (``index_select``: a fraction of the
-        # cost of indexing with tensors on a CPU)
-        chosen = blocks.reshape(rows * self.blocks, BLOCK).index_select(
-            0, (torch.arange(rows, device=logits.device)[:, None] * self.blocks + block).view(-1))
+        # cost of indexing with tensors on a CPU; logits wider than the vocabulary are not one flat table: indexed)
+        at = torch.arange(rows, device=logits.device)[:, None]
+        if blocks.is_contiguous():
+            chosen = blocks.view(rows * self.blocks, BLOCK).index_select(0, (at * self.blocks + block).view(-1))
+        else:
+            chosen = blocks[at, block].reshape(-1, BLOCK)
         excluded = bias.view(-1, BLOCK).index_select(0, (sets[None, :] * self.blocks + block).view(-1))
         within = (chosen.float() + excluded).view(rows, len(sets), BLOCK).max(dim=-1).indices
         return (block * BLOCK + within).masked_fill(best == float("-inf"), -1)

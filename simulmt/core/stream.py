@@ -242,9 +242,8 @@ class Stream(Source, Proposals, Guesses, Answers):
             self.drafts = ()  # one guess per READ
         alternatives, replaces = max(0, len(guesses) - 1), None
         if draft and self.execution.speculate and self.execution.read_ahead and self.current and not guesses:
-            (guesses, replaces), alternatives = self._reading_guess(), 0
-            if replaces is not None and replaces != keep + len(new) - 1:
-                guesses, replaces = (), None  # (it re-places the list's last token, fed now: nothing else)
+            (guesses, replaces), alternatives = self._reading_guess(), 0  # (a token it re-places is the list's
+            # last, fed in this request: ``keep`` is below it)
         self.pending = ForwardRequest(keep, new + guesses, speculative=len(guesses) - alternatives,
                                       alternatives=alternatives, move=self.move, drop=self.drop, replaces=replaces)
         return None
