@@ -8,6 +8,7 @@ tokens: the decoding rules' vocabulary-wide work is counted). Everything else is
 visibility masks and positions. The fake forward's own time (making the logits) is measured and left out.
 
     python benchmarks/engine_cost.py [--streams 1,16,64,256] [--model DIR] [--threads 1] [--profile 64 [--sort cumtime]]
+                                     [--moved-guesses]
                                      [--collector tuned|default]
 
 Prints, per stream count: rounds, forwards, target tokens, microseconds per stream per round (the engine's time
@@ -139,6 +140,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", type=int, default=0, help="cProfile the run at this many streams")
     parser.add_argument("--sort", default="tottime", help="the profile's order (cumtime: by the time under a call)")
+    parser.add_argument("--moved-guesses", action="store_true",
+                        help="Execution.moved_guesses on (expost's read-ahead; opt-in)")
     parser.add_argument("--collector", choices=("tuned", "default"), default="tuned",
                         help="Python's garbage collector: tuned (as simulmt's commands run it) or Python's default")
     args = parser.parse_args()
@@ -148,6 +151,10 @@ def main() -> None:
         tune_collector()
     torch.set_num_threads(args.threads)
     tr, free = translator_for(None if args.model == "tiny" else args.model)
+    if args.moved_guesses:
+        from dataclasses import replace
+
+        tr.runner.execution = replace(tr.runner.execution, moved_guesses=True)
     print(f"engine cost, zero-cost forward: vocab {tr.runner.compute.vocab}, {args.layout} {args.policy}"
           f" k={args.k}, {args.threads} thread(s), garbage collector {args.collector}")
     run(tr, free, 4, 8, args.layout, args.policy, args.k)  # warm-up

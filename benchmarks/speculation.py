@@ -1,9 +1,9 @@
 """What the stream's guesses save (simulmt/core/stream.py, "Guesses"), with a real model, in one run.
 
-Every input is streamed four times side by side: guesses off (``Execution.speculate``), guesses without the
-read-ahead that places a moved token again (``Execution.moved_guesses``: expost's deferral), the draft alone
-(``Execution.alternatives = 0``, the default), and the draft with alternatives (``--alternatives``, 2 here); the outputs
-must be identical (the script stops if a prediction differs). Prints, per configuration: LLM forward calls and wall
+Every input is streamed four times side by side: guesses off (``Execution.speculate``), the draft alone
+(``Execution.alternatives = 0``, the default), the draft with the read-ahead that places a moved token again
+(``Execution.moved_guesses``, opt-in: expost's deferral), and the draft with alternatives (``--alternatives``, 2
+here); the outputs must be identical (the script stops if a prediction differs). Prints, per configuration: LLM forward calls and wall
 ms per target token in each run, the ratio of the last to off, and how many guessed tokens the layout placed::
 
     .venv/bin/python benchmarks/speculation.py --source ../shared/data/multi30k/test2016.en --lines 20
@@ -27,7 +27,7 @@ from dataclasses import replace
 from simulmt.core.policies import make_policy
 
 
-def _stream(make, runner, speculate: bool, alternatives: int, moved: bool = True):
+def _stream(make, runner, speculate: bool, alternatives: int, moved: bool = False):
     saved = runner.execution
     runner.execution = replace(saved, speculate=speculate, alternatives=alternatives, moved_guesses=moved)
     try:
@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             configurations.append((name, make, tr.runner))
     configurations = [c for c in configurations if args.only in c[0]]
     print(f"{len(inputs)} inputs, {args.dtype}, {torch.get_num_threads()} threads", file=sys.stderr)
-    runs = (("off", False, 0, True), ("no moved guesses", True, 0, False), ("draft", True, 0, True),
-            (f"+{args.alternatives} alternatives", True, args.alternatives, True))
+    runs = (("off", False, 0, False), ("draft", True, 0, False), ("+ moved guesses", True, 0, True),
+            (f"+{args.alternatives} alternatives", True, args.alternatives, False))
     print(f"| configuration | target tokens | forwards / token: {' | '.join(r[0] for r in runs)} | ms / token: "
           f"{' | '.join(r[0] for r in runs)} | last / off | guesses placed / fed: "
           f"{' | '.join(r[0] for r in runs[1:])} |")

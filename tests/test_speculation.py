@@ -274,8 +274,8 @@ def test_a_layout_s_read_keeps_list_skips_only_guesses_that_could_not_be_right(m
         told = type(layout).read_keeps_list
         asked = []
 
-        def always(self, state, unit):
-            asked.append(told(self, state, unit))
+        def always(self, state, unit, moving_last=False):
+            asked.append(told(self, state, unit, moving_last))
             return True
         monkeypatch.setattr(type(layout), "read_keeps_list", always)
         empty_guesses = []
@@ -307,10 +307,9 @@ def test_expost_reads_ahead_by_placing_its_last_target_token_again(monkeypatch, 
     one stream and batched."""
     tr = tiny_translator(arch)
     for layout, policy in [(Expost(slot=16), WaitK(3)), (Expost(slot=4), WaitK(1)), (GroupPositions(phi=300), WaitK(2))]:
-        set_execution(monkeypatch, tr, moved_guesses=False)
         texts = SOURCES
-        before = [run(monkeypatch, tr, text, layout, policy, True) for text in texts]
-        monkeypatch.undo()
+        before = [run(monkeypatch, tr, text, layout, policy, True) for text in texts]  # (opt-in: off by default)
+        set_execution(monkeypatch, tr, moved_guesses=True)
         now = [run(monkeypatch, tr, text, layout, policy, True) for text in texts]
         off = [run(monkeypatch, tr, text, layout, policy, False) for text in texts]
         for a, b, c in zip(before, now, off):
@@ -320,7 +319,6 @@ def test_expost_reads_ahead_by_placing_its_last_target_token_again(monkeypatch, 
             assert (rb.cache_crops, rb.refed_tokens) == (ra.cache_crops, ra.refed_tokens)
         saved = sum(a.forward_calls - b.forward_calls for a, b in zip(before, now))
         assert saved > 0, layout.describe()
-        monkeypatch.undo()
         streams = []
         for text in texts:
             stream = tr.new_stream(layout, policy)
@@ -329,3 +327,4 @@ def test_expost_reads_ahead_by_placing_its_last_target_token_again(monkeypatch, 
         batched = run_batched(streams, Engine(tr.runner), batch_size=3)
         for s, b in zip(batched, now):
             assert (s.result().prediction, s.result().delays) == (b.result().prediction, b.result().delays)
+        monkeypatch.undo()

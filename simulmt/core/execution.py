@@ -18,9 +18,11 @@ class Execution:
     alternatives: int = 0  # the model's next choices fed beside the guess (opt-in: 2 saves forwards for one live
     # stream; a forward shared by several streams feeds none, nor does an ALiBi model's: docs/speech-cascade.md)
     read_ahead: bool = True  # mid-word, feed what a READ would place when its source is here already (guesses.py)
-    moved_guesses: bool = True  # read-ahead also where the READ moves the list's last token after what it places
+    moved_guesses: bool = False  # read-ahead also where the READ moves the list's last token after what it places
     # (expost, gpe, naive): the guess places it again, and the row drops the first one if the guess is used (not
-    # for an ALiBi model, whose key distances count cache slots)
+    # for an ALiBi model, whose key distances count cache slots). Opt-in: a read then costs no forward of its own
+    # (8% fewer forwards for expost wait-3: a word's first token comes a forward sooner), but every token of a
+    # word feeds the guess (about 25% more host time per stream and round, more query rows): docs/engine-speed.md
     stop_at_head: bool = True  # a policy head on an inner layer: a READ stops the forward there (layer_split.py;
     # tests/test_layer_split.py)
     inference_mode: bool = True  # serve in torch.inference_mode (False: torch.no_grad; engine.py)

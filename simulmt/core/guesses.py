@@ -85,8 +85,8 @@ class Guesses:
         ``_settle_guesses``). Returns the guessed tokens and that index (None: the guess only appends)."""
         if self.wants_features or not 0 < self.state.units_read < len(self.units):
             return (), None
-        if not self.layout.read_keeps_list(self.state, self.units[self.state.units_read]):
-            return (), None  # (the read would take placed tokens back: no guess can be right)
+        if not self.layout.read_keeps_list(self.state, self.units[self.state.units_read], self._moves_guess()):
+            return (), None  # (the read would move or take back placed tokens: no guess can be right)
         arrived = self.arrivals[self.state.units_read - 1]  # read ahead only what came with what was read
         state = self.stream_state()
         state = replace(state, target_words=state.target_words + 1, segment_words=state.segment_words + 1,

@@ -66,12 +66,12 @@ class Layout(ABC):
     @abstractmethod
     def open_target(self, state: LayoutState) -> None: ...
 
-    def read_keeps_list(self, state: LayoutState, unit: tuple[int, ...]) -> bool:
-        """Would ``read(state, unit)`` now leave every token placed so far where it is, but perhaps the last one,
-        moved after what the read places (expost's deferral of the last target token)? A stream guesses ahead of a
-        read (read-ahead, guesses.py) only then: a read that takes placed tokens back (prefix taking the target
-        off, a tentative opener retracted) makes the guess wrong whatever it is. True unless the layout knows
-        better; saying True where it is not only costs the guess's placing."""
+    def read_keeps_list(self, state: LayoutState, unit: tuple[int, ...], moving_last: bool = False) -> bool:
+        """Would ``read(state, unit)`` now leave every token placed so far where it is (``moving_last``: but perhaps
+        the last one, moved after what the read places, as expost defers its last target token)? A stream guesses
+        ahead of a read (read-ahead, guesses.py) only then: a read that moves or takes back placed tokens (prefix
+        taking the target off, a tentative opener retracted) makes the guess wrong whatever it is. True unless the
+        layout knows better; saying True where it is not only costs the guess's placing."""
         return True
 
     def write(self, state: LayoutState, token_id: int, word: int) -> None:
@@ -127,11 +127,13 @@ def retract_tentative_opener(state: LayoutState) -> None:
         state.opened = False
 
 
-def keeps_placed(state: LayoutState) -> bool:
-    """Do ``retract_tentative_opener`` and ``place_source_before_last_target`` leave every placed token where it is,
-    but the last target token, which the second moves after the unit (no tentative opener to take back)?"""
-    return not (state.opened and not state.target_written and state.tokens
-                and state.tokens[-1].role is Role.TARGET_MARKER)
+def keeps_placed(state: LayoutState, moving_last: bool = False) -> bool:
+    """Do ``retract_tentative_opener`` and ``place_source_before_last_target`` leave every placed token where it is
+    (no tentative opener to take back; a last target token to defer only if ``moving_last`` allows it)?"""
+    last = state.tokens[-1].role if state.tokens else None
+    if state.opened and not state.target_written and last is Role.TARGET_MARKER:
+        return False
+    return moving_last or not (state.target_written and last is Role.TARGET)
 
 
 def place_source_before_last_target(state: LayoutState, unit: tuple[int, ...], first_position: int) -> None:

@@ -58,10 +58,10 @@ class Expost(Layout):
             state.opened = state.target_written = False
         self._fill_slot(state, unit)
 
-    def read_keeps_list(self, state: ExpostState, unit: tuple[int, ...]) -> bool:
+    def read_keeps_list(self, state: ExpostState, unit: tuple[int, ...], moving_last: bool = False) -> bool:
         if state.opened and state.target_written and state.slot_used + len(unit) > state.slot_capacity:
             return True  # a new slot after the output: the read only appends
-        return keeps_placed(state)  # (else the last target token moves after the unit)
+        return keeps_placed(state, moving_last)  # (else the last target token moves after the unit)
 
     @staticmethod
     def _new_slot(state: ExpostState, start: int) -> None:

@@ -46,8 +46,10 @@ class ExpostPositions(Expost):
             state.slot_followed = False
         self._fill_slot(state, unit)
 
-    def read_keeps_list(self, state: ExpostPositionsState, unit: tuple[int, ...]) -> bool:
-        return super().read_keeps_list(state, unit) if not state.target_written else keeps_placed(state)
+    def read_keeps_list(self, state: ExpostPositionsState, unit: tuple[int, ...], moving_last: bool = False) -> bool:
+        if not state.target_written:
+            return super().read_keeps_list(state, unit, moving_last)
+        return keeps_placed(state, moving_last)
 
     def open_target(self, state: ExpostPositionsState) -> None:
         if not state.target_written:

@@ -31,8 +31,8 @@ class GroupPositions(Layout):
                                f"group's start phi={self.phi}; use a larger --phi for sources this long")
         place_source_before_last_target(state, unit, first)
 
-    def read_keeps_list(self, state: LayoutState, unit: tuple[int, ...]) -> bool:
-        return keeps_placed(state)
+    def read_keeps_list(self, state: LayoutState, unit: tuple[int, ...], moving_last: bool = False) -> bool:
+        return keeps_placed(state, moving_last)
 
     def open_target(self, state: LayoutState) -> None:
         if not state.opened:

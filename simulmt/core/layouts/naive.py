@@ -22,8 +22,8 @@ class NaiveReuse(Layout):
         retract_tentative_opener(state)
         place_source_before_last_target(state, unit, len(state.fmt.prompt) + state.source_tokens)
 
-    def read_keeps_list(self, state: LayoutState, unit: tuple[int, ...]) -> bool:
-        return keeps_placed(state)
+    def read_keeps_list(self, state: LayoutState, unit: tuple[int, ...], moving_last: bool = False) -> bool:
+        return keeps_placed(state, moving_last)
 
     def open_target(self, state: LayoutState) -> None:
         if not state.opened:

@@ -37,7 +37,7 @@ class PrefixRecompute(Layout):
         state.units_read += 1
         state.source_tokens += len(unit)
 
-    def read_keeps_list(self, state: PrefixState, unit: tuple[int, ...]) -> bool:
+    def read_keeps_list(self, state: PrefixState, unit: tuple[int, ...], moving_last: bool = False) -> bool:
         return not state.opened  # (an opened target is taken off at a read)
 
     def open_target(self, state: PrefixState) -> None:
