@@ -292,8 +292,9 @@ class Engine:
                                torch.repeat_interleave(sees, torch.tensor(counts)),
                                self._target_before(requests, shared, counts))[:, 0]  # (N, K)
         ends = torch.cumsum(torch.tensor(counts), 0)
-        q_index = self._alternatives(requests, ends.tolist(), q_index, visible)
-        q_index = self._replaced(requests, ends.tolist(), q_index, visible)
+        request_ends = ends.tolist()
+        q_index = self._alternatives(requests, request_ends, q_index, visible)
+        q_index = self._replaced(requests, request_ends, q_index, visible)
         distances = self._distances(requests, counts, visible, q_index, q_target) if self.runner.alibi else None
         answered = [1 + r.speculative + r.alternatives for _, r in requests]  # the list's last query, each guess
         answers = torch.tensor(answered)  # each request's answered queries are its last ones

@@ -22,7 +22,7 @@ class Execution:
     # (expost, gpe, naive): the guess places it again, and the row drops the first one if the guess is used (not
     # for an ALiBi model, whose key distances count cache slots). Opt-in: a read then costs no forward of its own
     # (8% fewer forwards for expost wait-3: a word's first token comes a forward sooner), but every token of a
-    # word feeds the guess (about 25% more host time per stream and round, more query rows): docs/engine-speed.md
+    # word feeds the guess (5% fewer rounds for 40-65% more host time with a zero-cost model): docs/engine-speed.md
     stop_at_head: bool = True  # a policy head on an inner layer: a READ stops the forward there (layer_split.py;
     # tests/test_layer_split.py)
     inference_mode: bool = True  # serve in torch.inference_mode (False: torch.no_grad; engine.py)

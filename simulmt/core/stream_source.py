@@ -6,9 +6,8 @@ A mixin of ``Stream`` (stream.py), which owns the state it reads and writes: ``u
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 import time
+from bisect import bisect_right
 
 import torch
 
