@@ -261,6 +261,37 @@ def test_a_read_whose_source_is_here_is_fed_with_the_last_target_token(monkeypat
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_a_read_ahead_guess_is_answered_at_its_last_token_alone(monkeypatch, arch):
+    """What a read places before the next target (the marker a READ closes, the unit, the opener) asks for no
+    proposal: a read-ahead guess gets LM head rows at the list's last token and the guess's last, not at each guessed
+    token. Every forward's logits have exactly the rows its requests' answers name, and the outputs are those of
+    streaming without guesses."""
+    tr = tiny_interleaved_translator(arch)
+    requests, rows = [], []
+    receive = Stream.receive
+    monkeypatch.setattr(Stream, "receive", lambda self, *a, **k: (requests.append(self.pending), receive(self, *a, **k)))
+    forward = tr.runner.forward_packed
+
+    def counted(queries, cache, wants):
+        out = forward(queries, cache, wants)
+        rows.append((len(requests), None if out[0] is None else out[0].shape[0], len(queries.last)))
+        return out
+    monkeypatch.setattr(tr.runner, "forward_packed", counted)
+    for text in SOURCES[:3]:
+        off = run(monkeypatch, tr, text, Interleaved(), WaitK(1), False)
+        start = len(requests)
+        on = run(monkeypatch, tr, text, Interleaved(), WaitK(1), True)
+        assert_same_output(off, on)
+        assert on.result().forward_calls < off.result().forward_calls
+        ahead = [r for r in requests[start:] if not r.inner_answers]
+        assert ahead and all(r.speculative >= 2 and r.answered == 2 for r in ahead)  # guesses of several tokens
+    # one stream, one request per forward: the logits rows are the request's answers, at the queries it names
+    answered = [r.answered for r in requests]
+    assert [n for _, n, _ in rows] == [a if r.logits else None for a, r in zip(answered, requests)]
+    assert [q for _, _, q in rows] == answered
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_a_layout_s_read_keeps_list_skips_only_guesses_that_could_not_be_right(monkeypatch, arch):
     """``Layout.read_keeps_list`` spares the placing of a read-ahead guess where the read would take placed tokens
     back.

@@ -296,10 +296,13 @@ class Engine:
         q_index = self._alternatives(requests, request_ends, q_index, visible)
         q_index = self._replaced(requests, request_ends, q_index, visible)
         distances = self._distances(requests, counts, visible, q_index, q_target) if self.runner.alibi else None
-        answered = [1 + r.speculative + r.alternatives for _, r in requests]  # the list's last query, each guess
-        answers = torch.tensor(answered)  # each request's answered queries are its last ones
-        last = torch.repeat_interleave(ends - answers - (torch.cumsum(answers, 0) - answers), answers) + torch.arange(
-            int(answers.sum()))
+        answered = [r.answered for _, r in requests]  # the list's last query, each guess answered, the alternatives
+        if all(r.inner_answers or r.speculative < 2 for _, r in requests):  # each request's last queries
+            answers = torch.tensor(answered)
+            last = torch.repeat_interleave(ends - answers - (torch.cumsum(answers, 0) - answers), answers) + \
+                torch.arange(int(answers.sum()))
+        else:  # a read-ahead guess answered at its last token alone
+            last = torch.tensor([end + at for (_, r), end in zip(requests, request_ends) for at in r.answer_offsets()])
         features = any(s.wants_features for s, _ in requests)
         layers = {s.features_layer for s, r in requests if s.wants_features and r.decides}
         if len(layers) > 1:

@@ -46,13 +46,16 @@ class ForwardRequest:
     tokens either way, so the LM head's row would be wasted). ``speculative``: the tokens after the list are a guess
     of what the layout places next (placed as it would place them), and ``alternatives`` more after them are other
     candidates for the guess's last token (same position id); the answer covers the last token of the list and each
-    guessed one, ``1 + speculative + alternatives`` rows."""
+    guessed one (or, with ``inner_answers=False``, the guess's last alone), ``answered`` rows."""
 
     keep: int
     tokens: tuple[PlacedToken, ...]
     logits: bool = True
     speculative: int = 0
     alternatives: int = 0  # the last tokens stand in for the last guess: see what it sees, not it (nor each other)
+    inner_answers: bool = True  # every guessed token is answered; False: only the guess's last (a read-ahead guess:
+    # what a read places before the next target asks for no proposal, and a row of the LM head costs about as much
+    # as computing a token, with Gemma's 262k vocabulary more)
     move: tuple[int, int] | None = None  # before keeping: copy the cached token at index [0] to index [1]
     drop: int | None = None  # before keeping: take the cached token at this index out of the row (the later ones
     # move down by one): a guess that re-placed it is the layout's now (``replaces``)
@@ -66,6 +69,22 @@ class ForwardRequest:
     reads_on: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the features at
     # the list's last token (a policy head's inner layer): does the policy read on? Then the forward may stop at
     # that layer, and the tokens are fed again, whole, in the next forward (``Stream.receive(stopped=True)``)
+
+    @property
+    def guess_answers(self) -> int:
+        """How many of the guessed tokens are answered."""
+        return self.speculative if self.inner_answers else min(self.speculative, 1)
+
+    @property
+    def answered(self) -> int:
+        """Rows of the answer: the list's last token, the guessed tokens answered, the alternatives."""
+        return 1 + self.guess_answers + self.alternatives
+
+    def answer_offsets(self) -> list[int]:
+        """Where the answered tokens are, as offsets from the end of ``tokens`` (-1: the last), in answer order."""
+        alt, spec = self.alternatives, self.speculative
+        guessed = range(-alt - spec, -alt) if self.inner_answers else range(-alt - min(spec, 1), -alt)
+        return [-alt - spec - 1, *guessed, *range(-alt, 0)]
 
 
 @dataclass(frozen=True)

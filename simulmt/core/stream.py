@@ -240,12 +240,14 @@ class Stream(Source, Proposals, Guesses, Answers):
                 guesses = ()
         if draft:
             self.drafts = ()  # one guess per READ
-        alternatives, replaces = max(0, len(guesses) - 1), None
+        alternatives, replaces, inner = max(0, len(guesses) - 1), None, True
         if draft and self.execution.speculate and self.execution.read_ahead and self.current and not guesses:
             (guesses, replaces), alternatives = self._reading_guess(), 0  # (a token it re-places is the list's
             # last, fed in this request: ``keep`` is below it)
+            inner = not guesses  # (the proposal is wanted after the read: at the guess's last token alone)
         self.pending = ForwardRequest(keep, new + guesses, speculative=len(guesses) - alternatives,
-                                      alternatives=alternatives, move=self.move, drop=self.drop, replaces=replaces)
+                                      alternatives=alternatives, move=self.move, drop=self.drop, replaces=replaces,
+                                      inner_answers=inner)
         return None
 
     def _features_at_hand(self) -> bool:

@@ -47,7 +47,7 @@ class Answers:
                 served: ForwardRequest | None = None, stopped: bool = False,
                 best: list[tuple[int, int]] | None = None, first: tuple[int, int] = (0, 0)) -> None:
         """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
-        if any were fed). ``logits``: its 1 + speculative + alternatives rows from row ``first[0]`` on (the
+        if any were fed). ``logits``: its ``request.answered`` rows from row ``first[0]`` on (the
         forward's whole tensor: a row is taken out only when the stream uses its answer), None when the request
         asked for none (or its ``logits_if`` said no); ``features`` (the same answers from row ``first[1]`` on,
         hidden): the last hidden states, when the policy wants them. ``served``: the request as the engine served
@@ -85,11 +85,14 @@ class Answers:
         self.fed = self.fed[: request.keep] + list(request.tokens)
         self.guessed, self.alternates = request.speculative + request.alternatives, request.alternatives
         answers = [Answer(logits, first[0] + i, features, first[1] + i, None if best is None else best[i])
-                   for i in range(1 + request.speculative + request.alternatives)]
+                   for i in range(request.answered)]
         chain = len(self.fed) - request.alternatives  # tokens up to the last guess, in cache order
-        self.outputs = {chain - request.speculative + i: answers[i] for i in range(1 + request.speculative)}
-        self.guessed_answers = set(range(chain - request.speculative + 1, chain + 1))
-        self.alternate_outputs = {chain + i: answers[1 + request.speculative + i] for i in range(request.alternatives)}
+        guessed = request.guess_answers  # the guessed tokens answered: each, or the last alone
+        self.outputs = {chain - request.speculative: answers[0]}
+        for i in range(1, 1 + guessed):
+            self.outputs[chain - guessed + i] = answers[i]
+        self.guessed_answers = set(range(chain - guessed + 1, chain + 1))
+        self.alternate_outputs = {chain + i: answers[1 + guessed + i] for i in range(request.alternatives)}
         self.tokens_fed += len(request.tokens)
         self.forward_calls += 1
         self.speculated += request.speculative + request.alternatives
