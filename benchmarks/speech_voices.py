@@ -77,6 +77,7 @@ def main() -> int:
     parser.add_argument("--model", default=None, help="the text model (default: simulmt's)")
     parser.add_argument("--asr-model", default="tiny.en")
     parser.add_argument("--step-ms", type=int, default=1000)
+    parser.add_argument("--asr-beam", type=int, default=1, help="the recogniser's beam size (1: greedy)")
     parser.add_argument("--window-ms", type=int, default=10000,
                         help="decode a buffer up to this long in a window of this length (0: Whisper's 30 s)")
     parser.add_argument("--asr-policy", default="local-agreement", help="local-agreement or alignatt")
@@ -112,7 +113,7 @@ def main() -> int:
 
     asr = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads,
                             window_ms=args.window_ms, policy=args.asr_policy, margin_ms=args.margin_ms,
-                            pause_ms=args.pause_ms)
+                            pause_ms=args.pause_ms, beam_size=args.asr_beam)
     cascade = CascadeTranslator.load(args.model, asr=asr, dtype="auto")
     kwargs = dict(layout=args.layout, policy="wait-k", k=args.k)
     cascade.translate(read_audio(str(files[0][1])), **kwargs)  # warm-up (the recogniser and the LLM)

@@ -58,12 +58,13 @@ class RecognizerOptions:
     word_timestamps: bool = False  # align every word (about twice the compute); else segments' times, spread
     window_ms: int = 10000  # a buffer up to this long is decoded in a window of this length (0: always 30 s)
     compute_type: str = "int8"  # CTranslate2's weights on a CPU ("float32", "int8", ...); "default" on a GPU
+    beam_size: int = 1  # the decoder's beam (1: greedy)
     threads: int = 0  # CTranslate2's CPU threads (0: its default)
     pause_ms: int = DEFAULT_PAUSE_MS  # silence after speech this long (silero VAD) is a pause: its words are final
     # at once, the buffer starts after it, and the sentence ends there; silence alone is not transcribed (0: no VAD)
 
     def __post_init__(self):
-        for name in ("step_ms", "agreement", "trim_ms", "max_buffer_ms"):
+        for name in ("step_ms", "agreement", "trim_ms", "max_buffer_ms", "beam_size"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"recogniser option {name} must be at least 1, got {getattr(self, name)}")
         if self.policy not in POLICIES:
@@ -130,7 +131,7 @@ class Whisper:
         if window and 1000.0 * len(audio) / RATE <= window and not self.options.vad:
             return self._windowed(audio, prompt, aligned)
         segments, _ = self.model.transcribe(
-            audio, language=self.options.language, beam_size=1, temperature=0.0, word_timestamps=aligned,
+            audio, language=self.options.language, beam_size=self.options.beam_size, temperature=0.0, word_timestamps=aligned,
             condition_on_previous_text=False, initial_prompt=prompt or None, vad_filter=self.options.vad,
             without_timestamps=False, suppress_blank=True)
         words: list[TimedWord] = []
@@ -161,7 +162,7 @@ class Whisper:
         encoded = model.model.encode(ctranslate2.StorageView.from_array(window[None]), to_cpu=False)
         previous = tok.encode(" " + prompt.strip())[-(224 - 1):] if prompt.strip() else []
         tokens = ([tok.sot_prev, *previous] if previous else []) + list(tok.sot_sequence)
-        result = model.model.generate(encoded, [tokens], beam_size=1, max_length=448, suppress_blank=True,
+        result = model.model.generate(encoded, [tokens], beam_size=self.options.beam_size, max_length=448, suppress_blank=True,
                                       suppress_tokens=[-1], max_initial_timestamp_index=50)[0]
         audio_ms = 1000.0 * len(audio) / RATE
         segments, text, start_ms = [], [], 0.0
