@@ -31,7 +31,7 @@ from simulmt import __version__
 from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS
 from simulmt.models import DEFAULT_MODEL
-from simulmt.option_fields import asr_pause_ms_field, asr_policy_field
+from simulmt.option_fields import asr_beam_field, asr_pause_ms_field, asr_policy_field
 from simulmt.option_fields import (adapter_field, batch_size_field, context_pairs_field, context_tokens_field,
                                     device_field, dtype_field, k_field, language_field, model_field)
 from simulmt.core.policies import POLICIES
@@ -92,6 +92,7 @@ class TranslateOptions:
                 "(LocalAgreement-2 confirms a word after two transcripts agree)", "metavar": "MS"})
     asr_pause_ms: int = asr_pause_ms_field('with --audio: ')
     asr_policy: str = asr_policy_field('with --audio: ')
+    asr_beam: int = asr_beam_field('with --audio: ')
     speech_model: str | None = field(default=None, metadata={
         "help": "with --audio: an end-to-end speech model folder instead of the recogniser (EASiST, a research "
                 "path: simulmt finetune-speech's DIR/model, e.g. the shipped "
@@ -106,7 +107,7 @@ class TranslateOptions:
             raise SimulmtError(f"unknown layout {self.layout!r}; choose one of: {', '.join(LAYOUTS)}")
         if self.policy is not None and self.policy not in POLICIES:
             raise SimulmtError(f"unknown policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
-        for name in ("k", "n", "slot", "phi", "max_words", "batch_size", "asr_step_ms"):
+        for name in ("k", "n", "slot", "phi", "max_words", "batch_size", "asr_step_ms", "asr_beam"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.context_pairs < 0 or self.context_tokens < 0:
@@ -445,6 +446,7 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
         speech, defaults = load_speech(options.speech_model, model=options.model, adapter=options.adapter,
                                        asr_model=options.asr_model, asr_step_ms=options.asr_step_ms,
                                        asr_pause_ms=options.asr_pause_ms, asr_policy=options.asr_policy,
+                                       asr_beam=options.asr_beam,
                                        source_lang=options.source_lang,
                                        target_lang=options.target_lang, max_words=options.max_words,
                                        device=options.device, dtype=options.dtype)

@@ -48,6 +48,7 @@ def input_file(tmp_path) -> Path:
     (["--source-lang", "Klingon"], "unknown language 'Klingon'"),
     (["--asr-pause-ms", "-5"], "--asr-pause-ms must be at least 0"),
     (["--asr-policy", "agree"], "invalid choice: 'agree'"),
+    (["--asr-beam", "0"], "--asr-beam must be at least 1"),
 ])
 def test_argument_errors_exit_2_before_loading(loads, capsys, input_file, args, message):
     assert cli.main(["translate", *args, str(input_file)]) == 2

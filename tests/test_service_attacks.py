@@ -308,7 +308,8 @@ def test_token_sources_and_rules(tmp_path, monkeypatch):
     (["--token", "abc"], "at least 16 printable characters"), (["--idle-timeout", "nan"], "idle-timeout"),
     (["--host", "0.0.0.0"], "needs a token"), (["--allow-origin", "x.org"], "--allow-origin takes origins"),
     (["--token-file", "/nonexistent/token"], "cannot read it"), (["--max-backlog", "0"], "at least 1"),
-    (["--asr-pause-ms", "-1"], "--asr-pause-ms must be at least 0"), (["--asr-policy", "agree"], "invalid choice")])
+    (["--asr-pause-ms", "-1"], "--asr-pause-ms must be at least 0"), (["--asr-policy", "agree"], "invalid choice"),
+    (["--asr-beam", "0"], "--asr-beam must be at least 1")])
 def test_serve_refuses_options_that_cannot_work_in_one_line(argv, message, capsys, monkeypatch):
     from simulmt.cli import main
 

@@ -323,7 +323,7 @@ def test_load_speech_gives_the_recogniser_the_options_asked_for(monkeypatch):
 
     seen = []
     monkeypatch.setattr(CascadeTranslator, "load", classmethod(lambda cls, model, adapter, asr, **kw: seen.append(asr)))
-    loading.load_speech(None, asr_policy="alignatt", asr_pause_ms=700, asr_step_ms=500)
+    loading.load_speech(None, asr_policy="alignatt", asr_pause_ms=700, asr_step_ms=500, asr_beam=5)
     loading.load_speech(None)
-    assert (seen[0].policy, seen[0].pause_ms, seen[0].step_ms) == ("alignatt", 700, 500)
-    assert (seen[1].policy, seen[1].pause_ms) == (DEFAULT_POLICY, DEFAULT_PAUSE_MS)
+    assert (seen[0].policy, seen[0].pause_ms, seen[0].step_ms, seen[0].beam_size) == ("alignatt", 700, 500, 5)
+    assert (seen[1].policy, seen[1].pause_ms, seen[1].beam_size) == (DEFAULT_POLICY, DEFAULT_PAUSE_MS, 1)

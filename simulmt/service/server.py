@@ -12,7 +12,7 @@ from simulmt.core.talk import ContextWindow
 from simulmt.errors import SimulmtError
 from simulmt.service.limits import MAX_BACKLOG, MAX_BUFFER_CHARS, MAX_WORD_CHARS, MAX_WORD_TOKENS
 from simulmt.service.guard import MIN_TOKEN_LENGTH, TOKEN_ENV, Access, is_loopback, read_token
-from simulmt.option_fields import asr_pause_ms_field, asr_policy_field
+from simulmt.option_fields import asr_beam_field, asr_pause_ms_field, asr_policy_field
 from simulmt.option_fields import (adapter_field, context_pairs_field, context_tokens_field, device_field, dtype_field,
                                     language_field, model_field)
 from simulmt.core.prompt_format import language_name
@@ -64,6 +64,7 @@ class ServeOptions:
     asr_workers: int = field(default=2, metadata={"help": "threads that run recognisers (audio clients share them)"})
     asr_pause_ms: int = asr_pause_ms_field('')
     asr_policy: str = asr_policy_field('')
+    asr_beam: int = asr_beam_field('')
     device: str | None = device_field()
     dtype: str = dtype_field("auto")
     replicas: int = field(default=1, metadata={
@@ -82,6 +83,8 @@ class ServeOptions:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.asr_pause_ms < 0:
             raise SimulmtError(f"--asr-pause-ms must be at least 0 (0: off), got {self.asr_pause_ms}")
+        if self.asr_beam < 1:
+            raise SimulmtError(f"--asr-beam must be at least 1, got {self.asr_beam}")
         if not 0 <= self.port <= 65535:
             raise SimulmtError(f"--port must be in 0..65535, got {self.port}")
         if not (math.isfinite(self.idle_timeout) and self.idle_timeout > 0):
@@ -135,7 +138,8 @@ def run(options: ServeOptions, parser, load_translator: Callable) -> int:
 
         try:
             asr = Whisper(RecognizerOptions(model=options.asr_model, language=language_code(options.source_lang),
-                                            pause_ms=options.asr_pause_ms, policy=options.asr_policy),
+                                            pause_ms=options.asr_pause_ms, policy=options.asr_policy,
+                                            beam_size=options.asr_beam),
                           device="cuda" if translator.runner.device.type == "cuda" else "cpu")
         except SimulmtError as exc:
             if options.asr_model != "tiny.en":  # asked for: it must work
