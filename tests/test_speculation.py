@@ -274,7 +274,7 @@ def test_a_read_ahead_guess_is_answered_at_its_last_token_alone(monkeypatch, arc
 
     def counted(queries, cache, wants):
         out = forward(queries, cache, wants)
-        rows.append((len(requests), None if out[0] is None else out[0].shape[0], len(queries.last)))
+        rows.append((len(queries.ids), queries.last.tolist(), None if out[0] is None else out[0].shape[0]))
         return out
     monkeypatch.setattr(tr.runner, "forward_packed", counted)
     for text in SOURCES[:3]:
@@ -283,12 +283,15 @@ def test_a_read_ahead_guess_is_answered_at_its_last_token_alone(monkeypatch, arc
         on = run(monkeypatch, tr, text, Interleaved(), WaitK(1), True)
         assert_same_output(off, on)
         assert on.result().forward_calls < off.result().forward_calls
-        ahead = [r for r in requests[start:] if not r.inner_answers]
+        ahead = [r for r in requests[start:] if r.speculative and not r.inner_answers]
         assert ahead and all(r.speculative >= 2 and r.answered == 2 for r in ahead)  # guesses of several tokens
-    # one stream, one request per forward: the logits rows are the request's answers, at the queries it names
-    answered = [r.answered for r in requests]
-    assert [n for _, n, _ in rows] == [a if r.logits else None for a, r in zip(answered, requests)]
-    assert [q for _, _, q in rows] == answered
+        assert on.result().forward_calls + on.answers_from_guesses == off.result().forward_calls  # answers used
+    # one stream, one request per forward: the LM head rows are the request's answers, at the queries it names (a
+    # read-ahead guess: the list's last token and the guess's last, not the tokens between)
+    assert [n for _, _, n in rows] == [r.answered if r.logits else None for r in requests]
+    assert [last for _, last, _ in rows] == [[fed + at for at in r.answer_offsets()] for (fed, _, _), r in
+                                             zip(rows, requests)]
+    assert any(len(last) == 2 and last[1] - last[0] > 1 for _, last, _ in rows)  # a guess answered past tokens it did not answer at
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
