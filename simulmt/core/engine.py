@@ -6,7 +6,8 @@
             all requests of the round are served by ONE forward over the batched cache (``BatchKVCache``):
             per-row crop (a length), every new token a packed query with its own position id and its mask from
             the same visibility rule, the logits (and last hidden state) of each stream's last token and of the
-            tokens it fed as a guess of what its layout places next (stream.py; alternatives to a guess sit
+            tokens it fed as a guess of what its layout places next (a read-ahead guess: of its last token
+            alone, ``ForwardRequest.inner_answers``; stream.py; alternatives to a guess sit
             at its position, masked from it, and one the layout places is moved into its slot; a forward shared by
             several streams feeds none: their rows would cost every stream); the LM head runs
             only on the rows that ask for logits (a learned policy's decision asks only if it writes).
