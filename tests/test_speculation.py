@@ -269,7 +269,8 @@ def test_a_read_ahead_guess_is_answered_at_its_last_token_alone(monkeypatch, arc
     tr = tiny_interleaved_translator(arch)
     requests, rows = [], []
     receive = Stream.receive
-    monkeypatch.setattr(Stream, "receive", lambda self, *a, **k: (requests.append(self.pending), receive(self, *a, **k)))
+    monkeypatch.setattr(Stream, "receive",
+                        lambda self, *a, **k: (requests.append(self.pending), receive(self, *a, **k)))
     forward = tr.runner.forward_packed
 
     def counted(queries, cache, wants):
@@ -291,7 +292,7 @@ def test_a_read_ahead_guess_is_answered_at_its_last_token_alone(monkeypatch, arc
     assert [n for _, _, n in rows] == [r.answered if r.logits else None for r in requests]
     assert [last for _, last, _ in rows] == [[fed + at for at in r.answer_offsets()] for (fed, _, _), r in
                                              zip(rows, requests)]
-    assert any(len(last) == 2 and last[1] - last[0] > 1 for _, last, _ in rows)  # a guess answered past tokens it did not answer at
+    assert any(len(last) == 2 and last[1] - last[0] > 1 for _, last, _ in rows)  # (tokens between: not answered)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])

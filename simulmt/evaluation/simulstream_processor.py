@@ -56,8 +56,9 @@ class SimulmtProcessor(SpeechProcessor):
 
     @classmethod
     def _key(cls, config: SimpleNamespace) -> tuple:
-        return tuple(_option(config, name) for name in ("model", "adapter", "asr_model", "asr_step_ms", "asr_pause_ms",
-                                                          "asr_policy", "asr_beam", "source_lang", "target_lang", "max_words", "device", "dtype"))
+        return tuple(_option(config, name) for name in (
+            "model", "adapter", "asr_model", "asr_step_ms", "asr_pause_ms", "asr_policy", "asr_beam", "source_lang",
+            "target_lang", "max_words", "device", "dtype"))
 
     @classmethod
     def load_model(cls, config: SimpleNamespace) -> None:

@@ -124,16 +124,17 @@ class Whisper:
         return self._voice
 
     def transcribe(self, audio: np.ndarray, prompt: str = "") -> list[TimedWord]:
-        """Greedy decoding with the decoder's segment timestamps; a word's time is its segment's, spread over the
-        segment's words by their length, unless ``word_timestamps`` aligns each word (cross-attention, slower)."""
+        """Decoding (greedy, or a beam of ``beam_size``) with the decoder's segment timestamps; a word's time is its
+        segment's, spread over the segment's words by their length, unless ``word_timestamps`` aligns each word
+        (cross-attention, slower)."""
         window = self.options.window_ms
         aligned = self.options.word_timestamps or self.options.policy == "alignatt"
         if window and 1000.0 * len(audio) / RATE <= window and not self.options.vad:
             return self._windowed(audio, prompt, aligned)
         segments, _ = self.model.transcribe(
-            audio, language=self.options.language, beam_size=self.options.beam_size, temperature=0.0, word_timestamps=aligned,
-            condition_on_previous_text=False, initial_prompt=prompt or None, vad_filter=self.options.vad,
-            without_timestamps=False, suppress_blank=True)
+            audio, language=self.options.language, beam_size=self.options.beam_size, temperature=0.0,
+            word_timestamps=aligned, condition_on_previous_text=False, initial_prompt=prompt or None,
+            vad_filter=self.options.vad, without_timestamps=False, suppress_blank=True)
         words: list[TimedWord] = []
         for segment in segments:
             if aligned:
@@ -147,10 +148,11 @@ class Whisper:
 
 
     def _windowed(self, audio: np.ndarray, prompt: str, aligned: bool = False) -> list[TimedWord]:
-        """Greedy decoding of ``audio`` in a ``window_ms`` window (log-mel frames padded to it, not to 30 s), with
-        the decoder's segment timestamps; the same prompt and suppressed tokens as faster-whisper's decoding.
-        ``aligned``: each word's times from the cross-attention alignment of the transcript to the audio
-        (CTranslate2's ``align``, as faster-whisper's word timestamps), not spread over its segment."""
+        """Decoding (greedy, or a beam of ``beam_size``) of ``audio`` in a ``window_ms`` window (log-mel frames
+        padded to it, not to 30 s), with the decoder's segment timestamps; the same prompt and suppressed tokens as
+        faster-whisper's decoding. ``aligned``: each word's times from the cross-attention alignment of the
+        transcript to the audio (CTranslate2's ``align``, as faster-whisper's word timestamps), not spread over its
+        segment."""
         import ctranslate2
 
         tok, model = self.tokenizer, self.model
@@ -162,8 +164,8 @@ class Whisper:
         encoded = model.model.encode(ctranslate2.StorageView.from_array(window[None]), to_cpu=False)
         previous = tok.encode(" " + prompt.strip())[-(224 - 1):] if prompt.strip() else []
         tokens = ([tok.sot_prev, *previous] if previous else []) + list(tok.sot_sequence)
-        result = model.model.generate(encoded, [tokens], beam_size=self.options.beam_size, max_length=448, suppress_blank=True,
-                                      suppress_tokens=[-1], max_initial_timestamp_index=50)[0]
+        result = model.model.generate(encoded, [tokens], beam_size=self.options.beam_size, max_length=448,
+                                      suppress_blank=True, suppress_tokens=[-1], max_initial_timestamp_index=50)[0]
         audio_ms = 1000.0 * len(audio) / RATE
         segments, text, start_ms = [], [], 0.0
         for token in result.sequences_ids[0]:
