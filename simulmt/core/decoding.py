@@ -106,3 +106,11 @@ class Rules:
     stops: bool  # the end tokens: the policy may not end a segment and the source is not finished
     segment_ends: bool  # tokens that only end a segment: the source is finished
     word_start: bool  # tokens that continue a word: the previous word is complete
+
+    @staticmethod
+    def of(stops: bool, segment_ends: bool, word_start: bool) -> Rules:
+        """The rules (one of eight values, made once: a stream asks for them at every proposal)."""
+        return _RULES[stops, segment_ends, word_start]
+
+
+_RULES = {(a, b, c): Rules(a, b, c) for a in (False, True) for b in (False, True) for c in (False, True)}

@@ -37,6 +37,7 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
+from itertools import accumulate
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -98,7 +99,7 @@ class Served:
 
     def starts(self) -> list[int]:
         """Each request's first computed query in ``pairs``."""
-        return [0] + torch.cumsum(torch.tensor(self.counts), 0).tolist()[:-1]
+        return list(accumulate(self.counts[:-1], initial=0))
 
 
 @dataclass
@@ -288,20 +289,20 @@ class Engine:
         tokens = [t for f in fed for t in f]
         ids, positions, q_target = _columns(tokens)
         q_index = self.cache.prepare(rows, counts, q_target)
-        sees = torch.tensor([s.layout.visibility.source_sees_target for s, _ in requests])
-        visible = visible_rows(q_index[:, None], q_target[:, None], self.cache.key_sides(),
-                               torch.repeat_interleave(sees, torch.tensor(counts)),
+        # (index arithmetic on lists of a few dozen numbers goes through numpy: a microsecond an operation where
+        # torch's cost ten, per forward)
+        sees = np.repeat(np.array([s.layout.visibility.source_sees_target for s, _ in requests]), counts)
+        visible = visible_rows(q_index[:, None], q_target[:, None], self.cache.key_sides(), torch.from_numpy(sees),
                                self._target_before(requests, shared, counts))[:, 0]  # (N, K)
-        ends = torch.cumsum(torch.tensor(counts), 0)
-        request_ends = ends.tolist()
+        request_ends = list(accumulate(counts))
         q_index = self._alternatives(requests, request_ends, q_index, visible)
         q_index = self._replaced(requests, request_ends, q_index, visible)
         distances = self._distances(requests, counts, visible, q_index, q_target) if self.runner.alibi else None
         answered = [r.answered for _, r in requests]  # the list's last query, each guess answered, the alternatives
         if all(r.inner_answers or r.speculative < 2 for _, r in requests):  # each request's last queries
-            answers = torch.tensor(answered)
-            last = torch.repeat_interleave(ends - answers - (torch.cumsum(answers, 0) - answers), answers) + \
-                torch.arange(int(answers.sum()))
+            answers = np.array(answered, dtype=np.int64)
+            last = torch.from_numpy(np.repeat(np.array(request_ends) - answers - (np.cumsum(answers) - answers),
+                                              answers) + np.arange(int(answers.sum())))
         else:  # a read-ahead guess answered at its last token alone
             last = torch.tensor([end + at for (_, r), end in zip(requests, request_ends) for at in r.answer_offsets()])
         features = any(s.wants_features for s, _ in requests)
@@ -310,7 +311,7 @@ class Engine:
             raise SimulmtError(f"streams whose policy heads read different layers ({sorted(layers, key=str)}) cannot "
                                f"share an engine: run them in engines of their own")
         layer = next(iter(layers), None)  # the features are that layer's output (None: the last hidden state)
-        first = torch.cumsum(torch.tensor([0] + answered[:-1]), 0).tolist()  # each request's first answer
+        first = list(accumulate(answered[:-1], initial=0))  # each request's first answer
         # A READ may end the forward at the head's layer when every request decides there, and none computes the
         # prompt (it would be computed again; a prompt copied from the prompt cache is copied again)
         may_stop = layer is not None and all(r.reads_on is not None and (r.keep > 0 or n > 0)

@@ -103,12 +103,12 @@ class Proposals:
 
     def _rules(self) -> Rules:
         """Which decoding rules exclude tokens now (besides the special tokens, always excluded)."""
-        return Rules(stops=not self.source_finished and (not self.policy.lets_model_end_segment
-                                                         or self.config.early_end == "ban"),
-                     segment_ends=bool(self.source_finished and self.segment_ends),  # e.g. end-of-write: nothing
-                     # is left to read
-                     word_start=bool(not self.current and self.written and self.layout.continues_text(self.state)))
-                     # the previous word is complete: the next token must start a new word (or end)
+        return Rules.of(stops=not self.source_finished and (not self.policy.lets_model_end_segment
+                                                            or self.config.early_end == "ban"),
+                        segment_ends=bool(self.source_finished and self.segment_ends),  # e.g. end-of-write:
+                        # nothing is left to read
+                        word_start=bool(not self.current and self.written and self.layout.continues_text(self.state)))
+                        # the previous word is complete: the next token must start a new word (or end)
 
     def _best_allowed(self, best: tuple[int, int], rules: Rules) -> int | None:
         """The best token the rules allow, from the engine's best tokens (``Vocabulary.best``: without the special

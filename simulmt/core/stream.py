@@ -46,6 +46,7 @@ import torch
 
 from simulmt.errors import SimulmtError
 from simulmt.core.execution import Execution
+from simulmt.core.vocabulary import word_text
 from simulmt.core.decoding import DecodeConfig, Rules, Vocabulary, repeated_ngram_bans  # noqa: F401 (names of
 # the stream's API: simulmt.core.stream has always exported them)
 from simulmt.core.guesses import Guesses
@@ -307,8 +308,8 @@ class Stream(Source, Proposals, Guesses, Answers):
     def _commit(self, words: list[WrittenWord]) -> None:
         if not self.current:
             return
-        text = self.tokenizer.decode(self.current, skip_special_tokens=True).strip()
         tokens, self.current = tuple(self.current), []
+        text = word_text(self.tokenizer, tokens)
         if not text:  # e.g. a lone space token: it stays in the target text but is not a word of its own
             return
         elapsed = (time.perf_counter() - self.t0) * 1000.0
