@@ -287,3 +287,40 @@ def test_the_decoding_rules_work_where_the_logits_are():
         assert v.bias(name).device.type == "cpu"
         assert v.bias(name, "meta").device.type == "meta" and v.bias(name, "meta").shape == v.bias(name).shape
         assert v.bias(name, torch.device("meta")) is v.bias(name, "meta")  # copied once
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_the_bans_kept_as_the_target_grows_are_the_golden_bans_at_every_proposal(n, monkeypatch):
+    from simulmt.core.stream import Stream
+
+    tr0 = steered(lambda last: None)
+    cycle = word_ids(tr0, 3)
+    nxt = {a: b for a, b in zip(cycle, cycle[1:] + cycle[:1])}
+    seen = []
+    propose = Stream._propose
+
+    def checked(self, answer):
+        seen.append((set(self._repeat_bans()), repeated_ngram_bans(self.target_tokens, n)))  # (a copy: it grows)
+        return propose(self, answer)
+
+    monkeypatch.setattr(Stream, "_propose", checked)
+    steered(lambda last: nxt.get(last, cycle[0])).translate(SOURCE, "expost", WaitK(3),
+                                                            config=DecodeConfig(no_repeat_ngram=n))
+    assert len(seen) > 5 and any(golden for _, golden in seen)  # (the looping model meets the rule)
+    assert all(kept == golden for kept, golden in seen)
+
+
+def test_a_written_words_text_is_its_decoded_tokens_memoised_per_tokenizer(monkeypatch):
+    from simulmt.core import vocabulary
+
+    tok = make_tokenizer(chat=True)
+    ids = tuple(tok(" Hallo Welt", add_special_tokens=False)["input_ids"])
+    special = (tok.eos_token_id, *ids)
+    assert vocabulary.word_text(tok, ids) == tok.decode(list(ids), skip_special_tokens=True).strip()
+    assert vocabulary.word_text(tok, special) == vocabulary.word_text(tok, ids)  # special tokens left out
+    calls = []
+    monkeypatch.setattr(tok, "decode", lambda *a, **k: calls.append(a) or "x")
+    assert vocabulary.word_text(tok, ids) != "x" and not calls  # memoised: not decoded again
+    monkeypatch.setattr(vocabulary, "WORDS_KEPT", len(vocabulary._WORDS[tok]))
+    assert vocabulary.word_text(tok, ids[:1]) == "x" and vocabulary.word_text(tok, ids[:1]) == "x"
+    assert len(calls) == 2  # a full memo keeps no more: decoded each time

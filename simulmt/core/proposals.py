@@ -15,6 +15,8 @@ from simulmt.core.requests import Answer
 from simulmt.core.translation import Proposal
 from simulmt.errors import SimulmtError
 
+_NONE: frozenset[int] = frozenset()  # no token banned
+
 
 class Proposals:
     def _note_early_end(self, token: int) -> None:
@@ -94,12 +96,9 @@ class Proposals:
         return token
 
 
-    def _repeat_bans(self) -> set[int]:
+    def _repeat_bans(self) -> set[int] | frozenset[int]:
         """``repeated_ngram_bans`` of the target so far, from the n-grams kept as it grew."""
-        n = self.config.no_repeat_ngram
-        if n < 2 or len(self.target_tokens) < n:
-            return set()
-        return self._ngrams.get(tuple(self.target_tokens[len(self.target_tokens) - n + 1:]), set())
+        return self._ngrams.get(self._tail, _NONE) if self._tail else _NONE
 
     def _rules(self) -> Rules:
         """Which decoding rules exclude tokens now (besides the special tokens, always excluded)."""

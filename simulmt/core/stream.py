@@ -124,6 +124,7 @@ class Stream(Source, Proposals, Guesses, Answers):
         self.accepted = 0  # target tokens accepted (index into ``forced``)
         self.target_tokens: list[int] = []  # every target token accepted, in order
         self._ngrams: dict[tuple[int, ...], set[int]] = {}  # every (n-1)-gram of them -> the tokens that followed it
+        self._tail: tuple[int, ...] = ()  # their last n-1 (once there are n): the key of the tokens banned next
         self.target_logprobs: list[float] = []  # the sampler's log-probability of each (with ``logprobs`` on)
         self.segment_reads = self.segment_words = 0
         self.model_ended_segment = False
@@ -300,6 +301,7 @@ class Stream(Source, Proposals, Guesses, Answers):
         n = self.config.no_repeat_ngram
         if n >= 2 and len(self.target_tokens) >= n:  # (repeated_ngram_bans, kept as the sentence grows)
             self._ngrams.setdefault(tuple(self.target_tokens[-n:-1]), set()).add(token)
+            self._tail = tuple(self.target_tokens[1 - n:])  # the (n-1)-gram a repeat would continue
         if self.logprobs:
             self.target_logprobs.append(self._held_logprob)
         self.accepted += 1
