@@ -58,7 +58,9 @@ class BestTokens:
             padded[:, : self.vocab] = x
             x = padded
         blocks = x.reshape(rows, self.blocks, BLOCK)
-        m = blocks.amax(dim=-1).float()[:, None, :].repeat(1, len(sets), 1)  # (rows, sets, blocks): the one pass
+        m = blocks.amax(dim=-1).float()[:, None, :]
+        m = torch.cat([m] * len(sets), dim=1)  # (rows, sets, blocks): the one pass (``cat``: a quarter of
+        # ``repeat``'s cost on a CPU)
         if len(dirty):  # the blocks that hold excluded tokens, again without them
             m.index_copy_(2, dirty, (blocks.index_select(1, dirty).float()[:, None] + dirty_bias).amax(dim=-1))
         best, block = m.max(dim=-1)  # (rows, sets): the first block that holds the maximum (``max`` gives the
