@@ -321,6 +321,24 @@ def test_a_written_words_text_is_its_decoded_tokens_memoised_per_tokenizer(monke
     calls = []
     monkeypatch.setattr(tok, "decode", lambda *a, **k: calls.append(a) or "x")
     assert vocabulary.word_text(tok, ids) != "x" and not calls  # memoised: not decoded again
-    monkeypatch.setattr(vocabulary, "WORDS_KEPT", len(vocabulary._WORDS[tok]))
+    monkeypatch.setattr(vocabulary, "WORDS_KEPT", len(vocabulary.memo(tok, "word_text")))
     assert vocabulary.word_text(tok, ids[:1]) == "x" and vocabulary.word_text(tok, ids[:1]) == "x"
     assert len(calls) == 2  # a full memo keeps no more: decoded each time
+
+
+def test_source_words_are_tokenized_once_per_tokenizer_with_the_ids_of_a_plain_call(monkeypatch):
+    from simulmt.core import prompt_format
+
+    from simulmt.core import vocabulary
+
+    tr = steered(lambda last: None)
+    vocabulary._MEMOS.pop(tr.tokenizer, None)  # (a tokenizer shared with other tests: its memo starts empty here)
+    words = ["Zwei", "Hunde", "Zwei", "<eos>", "spielen."]
+    calls = []
+    text_ids = prompt_format.text_ids
+    monkeypatch.setattr(prompt_format, "text_ids", lambda tok, t: calls.append(t) or text_ids(tok, t))
+    units = prompt_format.source_units(tr.tokenizer, tr.fmt, words)
+    assert units == [text_ids(tr.tokenizer, (" " if i or tr.fmt.source_first_space else "") + w)
+                     for i, w in enumerate(words)]  # (a control token's string is spelled out, as text_ids does)
+    assert prompt_format.source_units(tr.tokenizer, tr.fmt, words, first_index=1) == [units[2]] + units[1:]
+    assert len(calls) == len(set(calls)) == 4 + (not tr.fmt.source_first_space)  # each text once

@@ -29,7 +29,7 @@ import weakref
 from dataclasses import dataclass, replace
 
 from simulmt.errors import SimulmtError
-from simulmt.core.vocabulary import special_token_ids
+from simulmt.core.vocabulary import memo, remember, special_token_ids
 
 LANGUAGES = {
     "en": "English", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "nl": "Dutch",
@@ -248,8 +248,9 @@ def _chat_format(tokenizer, src: str, tgt: str) -> PromptFormat:
 def source_units(tokenizer, fmt: PromptFormat, words: list[str], first_index: int = 0) -> list[tuple[int, ...]]:
     """Token ids of each source word (``words`` start at word ``first_index`` of the sentence), plain text
     (``text_ids``). Every word but the sentence's first carries its leading space."""
-    return [text_ids(tokenizer, (" " if (first_index + i > 0 or fmt.source_first_space) else "") + w)
-            for i, w in enumerate(words)]
+    table = memo(tokenizer, "source_units")  # (a word's ids depend on its text alone)
+    texts = [(" " if (first_index + i > 0 or fmt.source_first_space) else "") + w for i, w in enumerate(words)]
+    return [table.get(t) or remember(table, t, text_ids(tokenizer, t)) for t in texts]
 
 
 def newline_ids(tokenizer) -> frozenset[int]:

@@ -56,20 +56,30 @@ def word_start_table(tokenizer, vocab_size: int) -> torch.Tensor:
     return table
 
 
-_WORDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {token group: its text}
-WORDS_KEPT = 1 << 16  # token groups memoised per tokenizer (then decoded each time)
+_MEMOS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {kind: {key: value}}
+WORDS_KEPT = 1 << 16  # entries memoised per tokenizer and kind (then computed each time)
+
+
+def memo(tokenizer, kind: str) -> dict:
+    """A tokenizer's memo of one kind (``word_text``'s, ``source_units``'s): words come again and again in a talk,
+    and a tokenizer call costs 25-100 us, per stream and word. Gone with the tokenizer."""
+    try:
+        return _MEMOS.setdefault(tokenizer, {}).setdefault(kind, {})
+    except TypeError:  # (a tokenizer that cannot be weakly referenced: nothing kept)
+        return {}
+
+
+def remember(table: dict, key, value):
+    """``table[key] = value`` while the memo holds fewer than ``WORDS_KEPT`` entries; returns ``value``."""
+    if len(table) < WORDS_KEPT:
+        table[key] = value
+    return value
 
 
 def word_text(tokenizer, tokens: tuple[int, ...]) -> str:
-    """A written word's text: its tokens decoded without the special tokens, stripped. Memoised per tokenizer (a
-    talk writes the same words again and again; a decode costs about 25 us, per stream and word)."""
-    try:
-        memo = _WORDS.setdefault(tokenizer, {})
-    except TypeError:  # (a tokenizer that cannot be weakly referenced: decoded each time)
-        memo = {}
-    text = memo.get(tokens)
+    """A written word's text: its tokens decoded without the special tokens, stripped (memoised)."""
+    table = memo(tokenizer, "word_text")
+    text = table.get(tokens)
     if text is None:
-        text = tokenizer.decode(list(tokens), skip_special_tokens=True).strip()
-        if len(memo) < WORDS_KEPT:
-            memo[tokens] = text
+        text = remember(table, tokens, tokenizer.decode(list(tokens), skip_special_tokens=True).strip())
     return text
