@@ -35,6 +35,7 @@ def mark_special_tokens(tokenizer) -> int:
              if int(token_id) not in flagged and _MARKUP.match(str(added))]
     if extra:
         tokenizer.add_special_tokens({"extra_special_tokens": extra}, replace_extra_special_tokens=False)
+        _MEMOS.pop(tokenizer, None)  # (what was encoded or decoded before may read otherwise now)
     return len(extra)
 
 
