@@ -40,7 +40,9 @@ class BestTokens:
         out = out.view(len(excluded), self.blocks, BLOCK)
         dirty = out.any(dim=2).any(dim=0).nonzero()[:, 0]  # blocks that hold an excluded token of some set
         bias = torch.zeros(out.shape).masked_fill(out, float("-inf"))  # (sets, blocks, BLOCK)
-        self._cpu = (dirty, bias[:, dirty], bias, torch.arange(len(excluded)))
+        self._cpu = (dirty, bias[:, dirty], bias, torch.arange(len(excluded)) * self.blocks)
+        self._row_starts: dict[tuple[int, torch.device], torch.Tensor] = {}  # (rows, device) -> each row's first
+        # block as a flat block number, (rows, 1): made once per batch size, not per forward
         self._on: dict[torch.device, tuple[torch.Tensor, ...]] = {torch.device("cpu"): self._cpu}
 
     def _tables(self, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -50,7 +52,8 @@ class BestTokens:
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         rows = logits.shape[0]
-        dirty, dirty_bias, bias, sets = self._tables(logits.device)
+        dirty, dirty_bias, bias, set_starts = self._tables(logits.device)
+        sets = len(set_starts)
         x = logits[:, : self.vocab]
         whole = (self.vocab // BLOCK) * BLOCK
         if whole < self.vocab or x.stride(-1) != 1:  # a padded copy (a vocabulary that is not whole blocks)
@@ -59,7 +62,7 @@ class BestTokens:
             x = padded
         blocks = x.reshape(rows, self.blocks, BLOCK)
         m = blocks.amax(dim=-1).float()[:, None, :]
-        m = torch.cat([m] * len(sets), dim=1)  # (rows, sets, blocks): the one pass (``cat``: a quarter of
+        m = torch.cat([m] * sets, dim=1)  # (rows, sets, blocks): the one pass (``cat``: a quarter of
         # ``repeat``'s cost on a CPU)
         if len(dirty):  # the blocks that hold excluded tokens, again without them
             m.index_copy_(2, dirty, (blocks.index_select(1, dirty).float()[:, None] + dirty_bias).amax(dim=-1))
@@ -67,11 +70,13 @@ class BestTokens:
         # first index of a tie, as ``argmax``, at about half its cost on a CPU)
         # each row's chosen blocks and their exclusions, by flat row numbers (``index_select``: a fraction of the
         # cost of indexing with tensors on a CPU; logits wider than the vocabulary are not one flat table: indexed)
-        at = torch.arange(rows, device=logits.device)[:, None]
         if blocks.is_contiguous():
-            chosen = blocks.view(rows * self.blocks, BLOCK).index_select(0, (at * self.blocks + block).view(-1))
+            key = (rows, logits.device)
+            if key not in self._row_starts:
+                self._row_starts[key] = torch.arange(rows, device=logits.device)[:, None] * self.blocks
+            chosen = blocks.view(rows * self.blocks, BLOCK).index_select(0, (self._row_starts[key] + block).view(-1))
         else:
-            chosen = blocks[at, block].reshape(-1, BLOCK)
-        excluded = bias.view(-1, BLOCK).index_select(0, (sets[None, :] * self.blocks + block).view(-1))
-        within = (chosen.float() + excluded).view(rows, len(sets), BLOCK).max(dim=-1).indices
+            chosen = blocks[torch.arange(rows, device=logits.device)[:, None], block].reshape(-1, BLOCK)
+        excluded = bias.view(-1, BLOCK).index_select(0, (set_starts + block).view(-1))
+        within = (chosen.float() + excluded).view(rows, sets, BLOCK).max(dim=-1).indices
         return (block * BLOCK + within).masked_fill(best == float("-inf"), -1)
