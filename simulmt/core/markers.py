@@ -24,6 +24,7 @@ import torch
 
 from simulmt.errors import SimulmtError
 from simulmt.core.prompt_format import END_OF_READ, END_OF_TRANSLATION, END_OF_WRITE, marker_id
+from simulmt.core.vocabulary import forget
 
 MARKERS = (END_OF_READ, END_OF_WRITE, END_OF_TRANSLATION)  # what a new interleaved adapter is trained with
 MARKERS_V1 = (END_OF_READ, END_OF_WRITE)  # adapters trained before the end-of-translation marker
@@ -39,6 +40,7 @@ def add_interleaved_markers(model, tokenizer, markers: tuple[str, ...] = MARKERS
     missing = [m for m in markers if marker_id(tokenizer, m) is None]
     if missing:
         tokenizer.add_special_tokens({"extra_special_tokens": missing}, replace_extra_special_tokens=False)
+        forget(tokenizer)
     grow_embeddings(model, len(tokenizer))
     return tuple(marker_id(tokenizer, m) for m in markers)
 

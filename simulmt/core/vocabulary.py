@@ -35,7 +35,7 @@ def mark_special_tokens(tokenizer) -> int:
              if int(token_id) not in flagged and _MARKUP.match(str(added))]
     if extra:
         tokenizer.add_special_tokens({"extra_special_tokens": extra}, replace_extra_special_tokens=False)
-        _MEMOS.pop(tokenizer, None)  # (what was encoded or decoded before may read otherwise now)
+        forget(tokenizer)
     return len(extra)
 
 
@@ -68,6 +68,12 @@ def memo(tokenizer, kind: str) -> dict:
         return _MEMOS.setdefault(tokenizer, {}).setdefault(kind, {})
     except TypeError:  # (a tokenizer that cannot be weakly referenced: nothing kept)
         return {}
+
+
+def forget(tokenizer) -> None:
+    """Drop a tokenizer's memos: call it after changing the tokenizer (tokens added or flagged special), since
+    what was encoded or decoded before may read otherwise now."""
+    _MEMOS.pop(tokenizer, None)
 
 
 def remember(table: dict, key, value):
