@@ -34,7 +34,7 @@ from simulmt.core.stream import Stream, Vocabulary
 from simulmt.core.stream_options import DEFAULTS
 from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
 from simulmt.core.talk import ContextWindow, Talk
-from simulmt.core.vocabulary import special_token_ids, token_table, word_start_table
+from simulmt.core.vocabulary import sentence_end_table, special_token_ids, token_table, word_start_table
 
 
 class Translator:
@@ -54,7 +54,8 @@ class Translator:
         self.word_starts = word_start_table(tokenizer, self.runner.compute.vocab)
         self.special = token_table(special_token_ids(tokenizer), self.runner.compute.vocab)
         stops = token_table(self.fmt.stop_ids, self.runner.compute.vocab)
-        self.vocabulary = Vocabulary(self.word_starts, stops, self.special & ~stops)
+        self.vocabulary = Vocabulary(self.word_starts, stops, self.special & ~stops,
+                                     sentence_end_table(tokenizer, self.runner.compute.vocab))
 
     @property
     def dtype(self) -> str:

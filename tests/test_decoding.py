@@ -343,3 +343,53 @@ def test_source_words_are_tokenized_once_per_tokenizer_with_the_ids_of_a_plain_c
                      for i, w in enumerate(words)]  # (a control token's string is spelled out, as text_ids does)
     assert prompt_format.source_units(tr.tokenizer, tr.fmt, words, first_index=1) == [units[2]] + units[1:]
     assert len(calls) == len(set(calls)) == 4 + (not tr.fmt.source_first_space)  # each text once
+
+
+def test_the_sentence_end_table_and_words_golden():
+    from simulmt.core.vocabulary import ends_sentence, sentence_end_table
+
+    tok = make_tokenizer(chat=True)
+    table = sentence_end_table(tok, len(tok))
+    for text in (".", "?", "!"):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert table[ids[-1]], text  # the piece of the mark itself
+    assert not table[tok(" garden", add_special_tokens=False)["input_ids"]].any()
+    assert not table[sorted(special_token_ids(tok))].any()
+    assert [ends_sentence(w) for w in ("Ende.", "wirklich?", '"Ja!"', "19.", "Hund,", "z", "...")] == \
+        [True, True, True, True, False, False, True]
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_sentence_end_waits_for_the_sources_under_the_rule(k):
+    """A model that wants a full stop after every word: with ``sentence_end="source"`` the target ends no sentence
+    while the source read so far has ended none (SOURCE has no full stop)."""
+    tr0 = steered(lambda last: None)
+    stop = tr0.tokenizer(".", add_special_tokens=False)["input_ids"][-1]
+    words = word_ids(tr0, 2)
+    prefer = lambda last: stop if last in words else words[0]  # noqa: E731  (a word, a full stop, a word, ...)
+
+    def run(rule: str):
+        session = steered(prefer).session("expost", WaitK(k), config=DecodeConfig(sentence_end=rule))
+        session.run(SOURCE)
+        return session
+
+    free, ruled = run("allow"), run("source")
+    before_end = lambda s: [w.text for w in s.written if w.delay < X]  # noqa: E731  (source unfinished)
+    assert any(t.endswith(".") for t in before_end(free))  # the model does want them
+    assert before_end(ruled) and not any(t.endswith(".") for t in before_end(ruled))
+
+
+def test_the_sentence_end_rule_counts_the_sources_sentences_and_spares_numbers():
+    tr = steered(lambda last: None)
+    session = tr.session("expost", WaitK(3), config=DecodeConfig(sentence_end="source"))
+    s = session
+    s.push("It rains. The children play in the garden".split())
+    while s.state.units_read < 1:  # "It"
+        s._read()
+    assert s._ahead_of_source()  # nothing read ends a sentence yet, the target has ended none: it would be ahead
+    s._read()  # "rains."
+    assert not s._ahead_of_source()  # the source has ended one sentence, the target none
+    s.target_sentences = 1
+    assert s._ahead_of_source()
+    s.current = tr.tokenizer(" 19", add_special_tokens=False)["input_ids"]
+    assert not s._ahead_of_source()  # a number's full stop ("am 19. April") is not a sentence end

@@ -13,6 +13,7 @@ the per-token tables (built once per model) and finds every row's best allowed t
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,7 @@ from simulmt.errors import SimulmtError
 
 
 EARLY_END = ("read", "ban")
+SENTENCE_END = ("allow", "source")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,9 @@ class DecodeConfig:
     early_end: str = "read"  # an end (or, with plain markers, a line break) proposed before the source is finished,
     # under a policy that lets the model end segments (wait-k, read-n): "read" reads on; "ban": it is not proposed
     # (the model's best other token is: a pure wait-k / read-n schedule, as the papers run it)
+    sentence_end: str = "allow"  # "source": before the source is finished, the target ends no more sentences
+    # (a token that ends in . ? !) than the source read so far has ended; a number's full stop ("am 19. April")
+    # stays allowed. "allow": no such rule (issue 42: most early ends follow a mid-sentence full stop)
 
     def __post_init__(self):
         if (self.max_len_a < 0 or self.max_len_b < 1 or self.max_tokens_per_word < 1 or self.max_tokens_a < 0
@@ -45,6 +50,8 @@ class DecodeConfig:
             raise SimulmtError(f"invalid decoding bounds: {self}")
         if self.early_end not in EARLY_END:
             raise SimulmtError(f"early_end is one of {', '.join(EARLY_END)}, got {self.early_end!r}")
+        if self.sentence_end not in SENTENCE_END:
+            raise SimulmtError(f"sentence_end is one of {', '.join(SENTENCE_END)}, got {self.sentence_end!r}")
 
     def max_target_tokens(self, source_tokens_read: int) -> int:
         return int(self.max_tokens_a * source_tokens_read) + self.max_tokens_b
@@ -66,15 +73,21 @@ class Vocabulary:
     word_starts: torch.Tensor  # (vocab,) bool: the token begins a new word
     stops: torch.Tensor  # (vocab,) bool: the token ends a segment or the sentence
     banned: torch.Tensor  # (vocab,) bool: never proposed (special tokens that are not stops)
+    sentence_ends: torch.Tensor | None = None  # (vocab,) bool: the token ends a sentence (``sentence_end_table``);
+    # None: no token is known to (the ``sentence_end`` rule then excludes nothing)
 
     def __post_init__(self):
         minus_inf = lambda table: torch.zeros(table.shape).masked_fill(table, float("-inf"))  # noqa: E731
+        if self.sentence_ends is None:
+            object.__setattr__(self, "sentence_ends", torch.zeros_like(self.stops))
         biases = {"banned": minus_inf(self.banned), "stops": minus_inf(self.stops),
-                  "inside_word": minus_inf(~(self.word_starts | self.stops))}
+                  "inside_word": minus_inf(~(self.word_starts | self.stops)),
+                  "sentence_ends": minus_inf(self.sentence_ends & ~self.stops)}
         object.__setattr__(self, "_biases", {torch.device("cpu"): biases})
         # the same tables as bytes, for a stream's per-token questions (a tensor lookup costs microseconds)
         object.__setattr__(self, "_starts", bytes(self.word_starts.tolist()))
         object.__setattr__(self, "_stops", bytes(self.stops.tolist()))
+        object.__setattr__(self, "_sentence_ends", bytes(self.sentence_ends.tolist()))
         object.__setattr__(self, "_best", None)
 
     def is_stop(self, token: int) -> bool:
@@ -82,6 +95,9 @@ class Vocabulary:
 
     def is_word_start(self, token: int) -> bool:
         return 0 <= token < len(self._starts) and bool(self._starts[token])
+
+    def is_sentence_end(self, token: int) -> bool:
+        return 0 <= token < len(self._sentence_ends) and bool(self._sentence_ends[token])
 
     def best(self, logits: torch.Tensor) -> torch.Tensor:
         """(rows, 2) the first argmax of each row without the banned tokens, and without the banned and the stops
@@ -106,11 +122,12 @@ class Rules:
     stops: bool  # the end tokens: the policy may not end a segment and the source is not finished
     segment_ends: bool  # tokens that only end a segment: the source is finished
     word_start: bool  # tokens that continue a word: the previous word is complete
+    sentence_end: bool = False  # tokens that end a sentence: the target has ended as many as the source read
 
     @staticmethod
-    def of(stops: bool, segment_ends: bool, word_start: bool) -> Rules:
-        """The rules (one of eight values, made once: a stream asks for them at every proposal)."""
-        return _RULES[stops, segment_ends, word_start]
+    def of(stops: bool, segment_ends: bool, word_start: bool, sentence_end: bool = False) -> Rules:
+        """The rules (one of sixteen values, made once: a stream asks for them at every proposal)."""
+        return _RULES[stops, segment_ends, word_start, sentence_end]
 
 
-_RULES = {(a, b, c): Rules(a, b, c) for a in (False, True) for b in (False, True) for c in (False, True)}
+_RULES = {flags: Rules(*flags) for flags in itertools.product((False, True), repeat=4)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from simulmt.core.decoding import Rules
+from simulmt.core.vocabulary import ends_sentence, word_text
 from simulmt.core.placed import Role
 from simulmt.core.requests import Answer
 from simulmt.core.translation import Proposal
@@ -106,8 +107,17 @@ class Proposals:
                                                             or self.config.early_end == "ban"),
                         segment_ends=bool(self.source_finished and self.segment_ends),  # e.g. end-of-write:
                         # nothing is left to read
-                        word_start=bool(not self.current and self.written and self.layout.continues_text(self.state)))
+                        word_start=bool(not self.current and self.written and self.layout.continues_text(self.state)),
                         # the previous word is complete: the next token must start a new word (or end)
+                        sentence_end=self.config.sentence_end == "source" and self._ahead_of_source())
+
+    def _ahead_of_source(self) -> bool:
+        """``sentence_end="source"``: would a sentence end now put the target ahead of the source read? Never once
+        the source is finished, nor after a number (a full stop there is an ordinal's or an abbreviation's)."""
+        if self.source_finished or (self.current and word_text(self.tokenizer, tuple(self.current))[-1:].isdigit()):
+            return False
+        read = sum(ends_sentence(w) for w in self.source_words[:self.state.units_read])
+        return self.target_sentences >= read
 
     def _best_allowed(self, best: tuple[int, int], rules: Rules) -> int | None:
         """The best token the rules allow, from the engine's best tokens (``Vocabulary.best``: without the special
@@ -117,6 +127,8 @@ class Proposals:
         if token < 0 or (rules.segment_ends and token in self.segment_ends):
             return None
         if rules.word_start and not (self.vocabulary.is_word_start(token) or self.vocabulary.is_stop(token)):
+            return None
+        if rules.sentence_end and self.vocabulary.is_sentence_end(token) and not self.vocabulary.is_stop(token):
             return None
         return token
 
@@ -130,6 +142,8 @@ class Proposals:
             scores[self.segment_ends] = float("-inf")
         if rules.word_start:
             scores = scores + v.bias("inside_word", logits.device)
+        if rules.sentence_end:
+            scores = scores + v.bias("sentence_ends", logits.device)
         if len(logits) > len(scores):  # logits beyond the tokenizer's vocabulary are never proposed
             scores = torch.cat([scores, logits.new_full((len(logits) - len(scores),), float("-inf"))])
         return scores

@@ -46,7 +46,7 @@ import torch
 
 from simulmt.errors import SimulmtError
 from simulmt.core.execution import Execution
-from simulmt.core.vocabulary import word_text
+from simulmt.core.vocabulary import ends_sentence, word_text
 from simulmt.core.decoding import DecodeConfig, Rules, Vocabulary, repeated_ngram_bans  # noqa: F401 (names of
 # the stream's API: simulmt.core.stream has always exported them)
 from simulmt.core.guesses import Guesses
@@ -114,6 +114,7 @@ class Stream(Source, Proposals, Guesses, Answers):
         self.embeddings: list[torch.Tensor] = []  # what embedded source tokens carry (speech frames)
         self.stream_finished = False
         self.written: list[WrittenWord] = []
+        self.target_sentences = 0  # written words that end a sentence (the ``sentence_end`` rule)
         self.current: list[int] = []  # tokens of the word being written
         self.current_delay = 0
         self.held: int | None = None  # a proposal not yet acted on
@@ -317,6 +318,7 @@ class Stream(Source, Proposals, Guesses, Answers):
         elapsed = (time.perf_counter() - self.t0) * 1000.0
         word = WrittenWord(len(self.written), text, tokens, self.current_delay, elapsed)
         self.written.append(word)
+        self.target_sentences += ends_sentence(text) and not text[:-1][-1:].isdigit()  # (a number's full stop: no)
         self.segment_words += 1
         if self._after_header():
             self.header_words += 1

@@ -46,6 +46,25 @@ def token_table(ids, vocab_size: int) -> torch.Tensor:
     return table
 
 
+SENTENCE_END = re.compile(r"[.?!…][\"'»“”)\]]*$")  # a piece that ends a sentence (its closing quotes after it)
+
+
+def sentence_end_table(tokenizer, vocab_size: int) -> torch.Tensor:
+    """Boolean per token id: does the piece end a sentence (``. ? !``, perhaps closing quotes after)?"""
+    table = torch.zeros(vocab_size, dtype=torch.bool)
+    special = special_token_ids(tokenizer)
+    pieces = tokenizer.convert_ids_to_tokens(list(range(min(len(tokenizer), vocab_size))))
+    for i, piece in enumerate(pieces):
+        if piece and i not in special and SENTENCE_END.search(piece):
+            table[i] = True
+    return table
+
+
+def ends_sentence(word: str) -> bool:
+    """Does a (source or target) word end a sentence?"""
+    return bool(SENTENCE_END.search(word))
+
+
 def word_start_table(tokenizer, vocab_size: int) -> torch.Tensor:
     """Boolean per token id: does the token begin a new word (a leading space / ▁ / Ġ)?"""
     table = torch.zeros(vocab_size, dtype=torch.bool)

@@ -73,6 +73,10 @@ class EvaluateOptions:
         "help": "an end the model proposes before the source is finished (wait-k, read-n): read (read on: the "
                 "default) or ban (not proposed: a pure wait-k / read-n schedule, as the papers run it); logs count "
                 "each early end and its cause either way", "choices": ("read", "ban")})
+    sentence_end: str = field(default="allow", metadata={
+        "help": "source: before the source is finished, the target ends no more sentences (a token ending in . ? !) "
+                "than the source read so far (a number's full stop stays allowed); allow: no such rule (the "
+                "default)", "choices": ("allow", "source")})
     no_repeat_ngram: int = field(default=4, metadata={
         "help": "a token that would repeat an N-token sequence of the sentence is an end proposal instead (0: off)",
         "metavar": "N"})
@@ -135,7 +139,8 @@ class EvaluateOptions:
 
         if self.no_repeat_ngram == 1:
             raise SimulmtError("--no-repeat-ngram is 0 (off) or at least 2")
-        return DecodeConfig(no_repeat_ngram=self.no_repeat_ngram, early_end=self.early_end)
+        return DecodeConfig(no_repeat_ngram=self.no_repeat_ngram, early_end=self.early_end,
+                            sentence_end=self.sentence_end)
 
     @property
     def unit_ms(self) -> float:
