@@ -346,7 +346,8 @@ def test_source_words_are_tokenized_once_per_tokenizer_with_the_ids_of_a_plain_c
 
 
 def test_the_sentence_end_table_and_words_golden():
-    from simulmt.core.vocabulary import ends_sentence, sentence_end_table
+    from simulmt.core.sentence_ends import has_terminal
+    from simulmt.core.vocabulary import sentence_end_table
 
     tok = make_tokenizer(chat=True)
     table = sentence_end_table(tok, len(tok))
@@ -355,7 +356,7 @@ def test_the_sentence_end_table_and_words_golden():
         assert table[ids[-1]], text  # the piece of the mark itself
     assert not table[tok(" garden", add_special_tokens=False)["input_ids"]].any()
     assert not table[sorted(special_token_ids(tok))].any()
-    assert [ends_sentence(w) for w in ("Ende.", "wirklich?", '"Ja!"', "19.", "Hund,", "z", "...")] == \
+    assert [has_terminal(w) for w in ("Ende.", "wirklich?", '"Ja!"', "19.", "Hund,", "z", "...")] == \
         [True, True, True, True, False, False, True]
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from simulmt.core.decoding import Rules
-from simulmt.core.vocabulary import ends_sentence, word_text
+from simulmt.core.sentence_ends import has_terminal
+from simulmt.core.vocabulary import word_text
 from simulmt.core.placed import Role
 from simulmt.core.requests import Answer
 from simulmt.core.translation import Proposal
@@ -116,7 +117,7 @@ class Proposals:
         the source is finished, nor after a number (a full stop there is an ordinal's or an abbreviation's)."""
         if self.source_finished or (self.current and word_text(self.tokenizer, tuple(self.current))[-1:].isdigit()):
             return False
-        read = sum(ends_sentence(w) for w in self.source_words[:self.state.units_read])
+        read = sum(has_terminal(w) for w in self.source_words[:self.state.units_read])
         return self.target_sentences >= read
 
     def _best_allowed(self, best: tuple[int, int], rules: Rules) -> int | None:

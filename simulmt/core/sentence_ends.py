@@ -28,6 +28,12 @@ ABBREVIATIONS = frozenset("""
 """.split())
 
 
+def has_terminal(text: str) -> bool:
+    """Does ``text`` (a word, or a vocabulary piece) end in a sentence's terminal, closing quotes after it allowed?
+    The mark alone, without the context ``ends_sentence`` weighs."""
+    return text.rstrip(CLOSERS).endswith(TERMINALS)
+
+
 def ends_sentence(word: str, next_word: str | None) -> bool:
     """Does a sentence end after ``word``? ``next_word``: the word after it, None at the end of the input."""
     core = word.rstrip(CLOSERS)
@@ -52,4 +58,4 @@ def ends_sentence(word: str, next_word: str | None) -> bool:
 
 
 
-__all__ = ["ABBREVIATIONS", "CLOSERS", "DEFAULT_MAX_WORDS", "OPENERS", "TERMINALS", "ends_sentence"]
+__all__ = ["ABBREVIATIONS", "CLOSERS", "DEFAULT_MAX_WORDS", "OPENERS", "TERMINALS", "ends_sentence", "has_terminal"]

@@ -46,7 +46,8 @@ import torch
 
 from simulmt.errors import SimulmtError
 from simulmt.core.execution import Execution
-from simulmt.core.vocabulary import ends_sentence, word_text
+from simulmt.core.sentence_ends import has_terminal
+from simulmt.core.vocabulary import word_text
 from simulmt.core.decoding import DecodeConfig, Rules, Vocabulary, repeated_ngram_bans  # noqa: F401 (names of
 # the stream's API: simulmt.core.stream has always exported them)
 from simulmt.core.guesses import Guesses
@@ -318,7 +319,7 @@ class Stream(Source, Proposals, Guesses, Answers):
         elapsed = (time.perf_counter() - self.t0) * 1000.0
         word = WrittenWord(len(self.written), text, tokens, self.current_delay, elapsed)
         self.written.append(word)
-        self.target_sentences += ends_sentence(text) and not text[:-1][-1:].isdigit()  # (a number's full stop: no)
+        self.target_sentences += has_terminal(text) and not text[:-1][-1:].isdigit()  # (a number's full stop: no)
         self.segment_words += 1
         if self._after_header():
             self.header_words += 1

@@ -14,6 +14,8 @@ import weakref
 
 import torch
 
+from simulmt.core.sentence_ends import has_terminal
+
 _MARKUP = re.compile(r"^(<[^<>\s]+>|\[[^\[\]\s]+\])$")
 WORD_START_PREFIXES = ("▁", "Ġ", " ", "<0x20>", "Ċ", "\n", "\t")
 
@@ -46,34 +48,25 @@ def token_table(ids, vocab_size: int) -> torch.Tensor:
     return table
 
 
-SENTENCE_END = re.compile(r"[.?!…][\"'»“”)\]]*$")  # a piece that ends a sentence (its closing quotes after it)
-
-
-def sentence_end_table(tokenizer, vocab_size: int) -> torch.Tensor:
-    """Boolean per token id: does the piece end a sentence (``. ? !``, perhaps closing quotes after)?"""
+def piece_table(tokenizer, vocab_size: int, test) -> torch.Tensor:
+    """Boolean per token id: ``test(piece)`` of the token's vocabulary piece (special tokens: False)."""
     table = torch.zeros(vocab_size, dtype=torch.bool)
     special = special_token_ids(tokenizer)
     pieces = tokenizer.convert_ids_to_tokens(list(range(min(len(tokenizer), vocab_size))))
     for i, piece in enumerate(pieces):
-        if piece and i not in special and SENTENCE_END.search(piece):
+        if piece and i not in special and test(piece):
             table[i] = True
     return table
-
-
-def ends_sentence(word: str) -> bool:
-    """Does a (source or target) word end a sentence?"""
-    return bool(SENTENCE_END.search(word))
 
 
 def word_start_table(tokenizer, vocab_size: int) -> torch.Tensor:
     """Boolean per token id: does the token begin a new word (a leading space / ▁ / Ġ)?"""
-    table = torch.zeros(vocab_size, dtype=torch.bool)
-    special = special_token_ids(tokenizer)
-    pieces = tokenizer.convert_ids_to_tokens(list(range(min(len(tokenizer), vocab_size))))
-    for i, piece in enumerate(pieces):
-        if piece and i not in special and piece.startswith(WORD_START_PREFIXES):
-            table[i] = True
-    return table
+    return piece_table(tokenizer, vocab_size, lambda piece: piece.startswith(WORD_START_PREFIXES))
+
+
+def sentence_end_table(tokenizer, vocab_size: int) -> torch.Tensor:
+    """Boolean per token id: does the piece end in a sentence's terminal (``sentence_ends.has_terminal``)?"""
+    return piece_table(tokenizer, vocab_size, has_terminal)
 
 
 _MEMOS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {kind: {key: value}}
