@@ -371,8 +371,9 @@ def write_report(plan: Plan) -> Path:
             "model (Bloom, Falcon-RW), none of which installs offline here (README, \"ALiBi models and SimulMask\").",
             ""]
     measured = {r["method"] for r in runs}
-    missing = [m for m in METHODS if m not in measured]
-    expected = sum(len(run_specs(plan, m)) for m in METHODS)
+    planned = [m for m in plan.methods.split(",") if m in METHODS]  # (the page reports the methods it was run for)
+    missing = [m for m in planned if m not in measured]
+    expected = sum(len(run_specs(plan, m)) for m in planned)
     page += [f"Status: {len(runs)} of {expected} runs measured"
              + (f"; methods not measured yet: {', '.join(missing)} (rerun the command to continue)." if missing
                 else "."), ""]
@@ -396,6 +397,23 @@ def write_report(plan: Plan) -> Path:
     return path
 
 
+RESULT_FIELDS = ("results", "model", "methods", "train_pairs", "budget_tokens", "rl_steps", "lora_rank", "batch_size",
+                 "grad_accum", "iwslt_lines", "m30k_lines", "mismatch_lines", "ks", "ns", "eval_batch", "dtype")
+
+
+def _driver_command(plan: Plan) -> str:
+    """The driver's command line that makes this page: the options that shape its results, where not the defaults."""
+    default = Plan()
+    words = [".venv/bin/python benchmarks/reproduce.py"]
+    for name in RESULT_FIELDS:
+        value = getattr(plan, name)
+        if value != getattr(default, name):
+            if name == "results":
+                value = Path(value).resolve().relative_to(ROOT) if Path(value).resolve().is_relative_to(ROOT) else value
+            words.append(f"--{name.replace('_', '-')} {value}")
+    return " ".join(words + ["--threads 2 --max-minutes 120"])
+
+
 def _commands(plan: Plan) -> list[str]:
     """The commands behind the page: the driver, and each adapter's training as it ran (from its training record;
     an in-process run such as ``simulmt rl`` is written out from its recorded options)."""
@@ -408,7 +426,7 @@ def _commands(plan: Plan) -> list[str]:
 
     out = ["## Commands", "", "Everything on this page, staged and resumable (rerun to continue; `--methods A,B` for "
            "some methods, `--report-only` for the page alone):", "", "```bash",
-           ".venv/bin/python benchmarks/reproduce.py --threads 2 --max-minutes 120", "```", "",
+           _driver_command(plan), "```", "",
            "Each adapter's training, as it ran (the driver adds `--max-minutes` and, after an interruption, `--resume`):",
            ""]
     for name in METHODS:
@@ -575,7 +593,9 @@ def _loss_curves(cards: dict[str, dict], results: Path) -> list[str]:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     figure.savefig(results / "training_loss.png", format="png")
-    return ["Training loss against tokens trained (each point a logged average over the last steps):", "",
+    return ["Training loss against tokens trained (each point a logged average over the last steps). The saw-tooth is "
+            "the length-grouped sampler (`--sampling group_by_length`): batches of long news sentences come in runs "
+            "and have the higher loss, so compare methods at the same token count, not a curve's ups and downs:", "",
             f"![training loss]({results.name}/training_loss.png)", ""]
 
 
