@@ -35,7 +35,9 @@ def _with_speech_atd(latency: dict[str, float], instances: list[dict]) -> dict[s
 
 def early_end_rates(instances: list[dict]) -> dict:
     """Ends proposed before the source finished (each a READ), per target word written, inside a sentence's first
-    slot or turn and after a new one, and by cause (logs from before these were recorded: nothing)."""
+    slot or turn and after a new one, and by cause (logs from before these were recorded: nothing). A stream that
+    wants to end proposes it again after every read until the source is finished, so the ``places`` rates count each
+    place in the target (its words written so far) once per sentence: how often the model stalls, not how long."""
     if not instances or "early_ends" not in instances[0]:
         return {}
     words = sum(len(ins["delays"]) for ins in instances)
@@ -45,8 +47,12 @@ def early_end_rates(instances: list[dict]) -> dict:
     for _, cause, _ in ends:
         causes[cause] = causes.get(cause, 0) + 1
     later = sum(1 for e in ends if e[2])
+    places = [place for ins in instances for place in {(e[0], bool(e[2])) for e in ins["early_ends"]}]
+    places_later = sum(1 for _, new_slot in places if new_slot)
     return {"early_ends_per_word_first_slot": (len(ends) - later) / max(1, words - after),
             "early_ends_per_word_new_slot": later / after if after else None,
+            "early_end_places_per_word_first_slot": (len(places) - places_later) / max(1, words - after),
+            "early_end_places_per_word_new_slot": places_later / after if after else None,
             "early_end_causes": dict(sorted(causes.items())),
             "sentences_with_early_end": sum(bool(ins["early_ends"]) for ins in instances)}
 
