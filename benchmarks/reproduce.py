@@ -406,10 +406,12 @@ def _driver_command(plan: Plan) -> str:
     default = Plan()
     words = [".venv/bin/python benchmarks/reproduce.py"]
     for name in RESULT_FIELDS:
-        value = getattr(plan, name)
-        if value != getattr(default, name):
-            if name == "results":
-                value = Path(value).resolve().relative_to(ROOT) if Path(value).resolve().is_relative_to(ROOT) else value
+        value, usual = getattr(plan, name), getattr(default, name)
+        if name == "results":  # a folder: compared resolved, written from the repository's root where it lies there
+            value, usual = Path(value).resolve(), Path(usual).resolve()
+            value = value.relative_to(ROOT) if value.is_relative_to(ROOT) else value
+            usual = usual.relative_to(ROOT)
+        if value != usual:
             words.append(f"--{name.replace('_', '-')} {value}")
     return " ".join(words + ["--threads 2 --max-minutes 120"])
 

@@ -379,6 +379,9 @@ def test_early_end_rates_golden():
     assert rates["early_ends_per_word_new_slot"] == pytest.approx(1 / 2)
     assert rates["early_end_causes"] == {"end": 1, "newline": 1, "repeat": 1}
     assert rates["early_end_places_per_word_first_slot"] == pytest.approx(2 / 6)  # each at a place of its own
+    assert rates["sentences_with_early_end"] == 2
+    assert early_end_rates([{**instances[1]}])["early_ends_per_word_new_slot"] is None  # no word after a new slot
+    assert early_end_rates([{"delays": [1]}]) == {}  # a log from before they were recorded
     stalled = {"delays": [1, 2, 3, 4], "header_words": 2,  # proposed 3 times at word 3 (after a new slot), twice at 1
                "early_ends": [[1, "end", False], [1, "end", False], [3, "end", True], [3, "repeat", True],
                               [3, "end", True]]}
@@ -386,6 +389,3 @@ def test_early_end_rates_golden():
     assert again["early_ends_per_word_new_slot"] == pytest.approx(3 / 2)
     assert again["early_end_places_per_word_new_slot"] == pytest.approx(1 / 2)
     assert again["early_end_places_per_word_first_slot"] == pytest.approx(1 / 2)
-    assert rates["sentences_with_early_end"] == 2
-    assert early_end_rates([{**instances[1]}])["early_ends_per_word_new_slot"] is None  # no word after a new slot
-    assert early_end_rates([{"delays": [1]}]) == {}  # a log from before they were recorded
