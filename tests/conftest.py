@@ -31,10 +31,24 @@ def pytest_collection_modifyitems(config, items):
         config._simulmt_left_out = len(left)
 
 
+# Tests marked ``slow`` (a packaged real model, or minutes of CPU) are left out by default (pyproject.toml's
+# ``-m "not slow"``), so that a plain ``pytest`` stays well under 15 minutes; ``-m "slow or not slow"`` runs
+# everything, as CI does (.ci/run). The run says how many it left out.
+_slow_left_out = 0
+
+
+def pytest_deselected(items):
+    global _slow_left_out
+    _slow_left_out += sum(1 for item in items if item.get_closest_marker("slow"))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     left = getattr(config, "_simulmt_left_out", 0)
     if left:
         terminalreporter.write_line(f"{left} test{'s' if left != 1 else ''} marked `data` left out: no {SHARED_DATA} beside this clone")
+    if _slow_left_out:
+        terminalreporter.write_line(f"{_slow_left_out} test{'s' if _slow_left_out != 1 else ''} marked `slow` left out "
+                                    f"(the default): -m \"slow or not slow\" runs everything, as CI does")
 
 
 def without_simuleval(reason: str) -> None:
