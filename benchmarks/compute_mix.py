@@ -28,7 +28,7 @@ import torch
 import simulmt.core.engine as engine_module
 from simulmt.bench.throughput import plain_decode, pushed_streams
 from simulmt.core.engine import Engine, run_batched
-from simulmt.core.execution import tune_collector
+from simulmt.core.execution import Execution, tune_collector
 from simulmt.translator import Translator
 
 DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "test2016.en"
@@ -71,11 +71,12 @@ def main() -> None:
     parser.add_argument("--dtype", default="float16-packed")
     parser.add_argument("--layout", default="expost")
     parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--moved-guesses", action="store_true", help="Execution.moved_guesses on (opt-in)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tune_collector()
     lines = [line.strip() for line in open(args.source, encoding="utf-8")][:args.lines]
-    translator = Translator.load(dtype=args.dtype)
+    translator = Translator.load(dtype=args.dtype, execution=Execution(moved_guesses=args.moved_guesses))
     options = dict(layout=args.layout, policy="wait-k", k=args.k)
     compute = translator.runner.compute
     macs = lambda tokens, rows: compute.flops(tokens, 0, rows) / 2  # noqa: E731
@@ -83,7 +84,7 @@ def main() -> None:
     tally = Tally(translator.runner)
     translator.translate_many(lines[:2], batch_size=2, **options)  # warm-up
     print(f"{args.layout} wait-{args.k}, {len(lines)} lines, {args.streams} streams, {args.dtype}, "
-          f"{args.threads} thread(s); multiply-adds per token {macs(1, 0) / 1e6:.0f}M, per LM head row "
+          f"{args.threads} thread(s){', moved guesses' if args.moved_guesses else ''}; multiply-adds per token {macs(1, 0) / 1e6:.0f}M, per LM head row "
           f"{macs(0, 1) / 1e6:.0f}M")
     for run in (1, 2):
         for guess_rows in (None, 16):
