@@ -281,3 +281,51 @@ def test_a_failed_sentence_a_bad_word_and_a_step_after_the_end_lose_nothing():
     before = (len(talk.sentences), talk.source_before, talk.result().prediction)
     assert talk.step().status.name == "DONE" and list(talk.advance()) == []
     assert (len(talk.sentences), talk.source_before, talk.result().prediction) == before
+
+
+def test_context_pairs_can_show_other_targets_than_the_labels(tmp_path):
+    """finetune --train-context-target FILE: the context pairs show that file's line as their target (the model's own
+    translation, as at inference), while each pair's labels stay its reference; the files are line-aligned, an
+    empty line is an empty context target (not the reference), and a misaligned file or a use without context is
+    refused with a message naming it."""
+    from simulmt.core.prompt_format import source_units, word_tokens
+    from simulmt.finetune import data
+    from simulmt.finetune.options import FinetuneOptions
+    from simulmt.finetune.recipes import Recipe
+    from simulmt.finetune.schedules import Schedule
+
+    tr = tiny_translator("llama")
+    window = ContextWindow(pairs=2, tokens=80)
+    own = ["ein Hund", "", "zwei Katzen laufen", "ein Mann", "eine Frau"][:len(SENTENCES)]
+    files = {name: tmp_path / name for name in ("src", "tgt", "doc", "own")}
+    files["src"].write_text("\n".join(SENTENCES[:5]) + "\n")
+    files["tgt"].write_text("\n".join(TARGETS[:5]) + "\n")
+    files["doc"].write_text("a\na\na\nb\nb\n")
+    files["own"].write_text("\n".join(own) + "\n")
+    pairs = data.parallel_files(files["src"], files["tgt"], docids=files["doc"], context_target=files["own"])
+    assert [p.target for p in pairs] == [" ".join(t.split()) for t in TARGETS[:5]]
+    assert [p.context_target for p in pairs] == own and [p.document for p in pairs] == list("aaabb")
+    r = Recipe("expost", Schedule("wait-k", (2,)), slot=8)
+    formats = data.context_formats(r.layout(), tr.fmt, tr.tokenizer, pairs, window)
+
+    def ids(source, target):
+        return (tuple(t for u in source_units(tr.tokenizer, tr.fmt, source.split()) for t in u),
+                tuple(t for j, w in enumerate(target.split())
+                      for t in word_tokens(tr.tokenizer, w, j > 0 or tr.fmt.target_first_space)))
+
+    shown = [ids(p.source, o) for p, o in zip(pairs, own)]
+    expected = (context_prompts(r.layout(), tr.fmt, shown[:3], window)
+                + context_prompts(r.layout(), tr.fmt, shown[3:], window))
+    assert [f.prompt for f in formats] == [tr.fmt.prompt + c for c in expected]
+    gold = data.context_formats(r.layout(), tr.fmt, tr.tokenizer,
+                                [data.Pair(p.source, p.target, p.document) for p in pairs], window)
+    assert formats[1].prompt != gold[1].prompt and formats[0].prompt == gold[0].prompt  # (the first has none)
+    built = data.build_dataset(r, tr.fmt, tr.tokenizer, pairs, 1024, seed=0, context=window)
+    plain = data.build_dataset(r, tr.fmt, tr.tokenizer, [data.Pair(p.source, p.target) for p in pairs], 1024, seed=0)
+    assert built.stats.label_tokens == plain.stats.label_tokens  # the labels are the references'
+    files["own"].write_text("\n".join(own[:3]) + "\n")
+    with pytest.raises(SimulmtError, match="own has 3 lines"):
+        data.parallel_files(files["src"], files["tgt"], context_target=files["own"])
+    with pytest.raises(SimulmtError, match="--train-context-target goes with"):
+        FinetuneOptions(train_source=str(files["src"]), train_target=str(files["tgt"]),
+                        train_context_target=str(files["own"]))

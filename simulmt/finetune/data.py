@@ -39,6 +39,8 @@ class Pair:
     source: str
     target: str
     document: str = ""  # the talk or article it belongs to (context comes from the pairs before it in it)
+    context_target: str | None = None  # what a later pair's context shows as this pair's target (None: ``target``),
+    # e.g. the model's own translation, as a talk's context holds at inference (it may be empty)
 
 
 @dataclass
@@ -59,7 +61,7 @@ def _read_lines(path: str | Path, what: str) -> list[str]:
 def _clean(pairs: Iterable[tuple[str, str]], limit: int | None, stats: PairStats) -> list[Pair]:
     """Whitespace-normalised pairs, empty ones skipped, up to ``limit`` pairs (``pairs`` is consumed lazily)."""
     out = []
-    for source, target, *document in pairs:
+    for source, target, *rest in pairs:
         if limit is not None and len(out) >= limit:
             break
         stats.read += 1
@@ -67,23 +69,30 @@ def _clean(pairs: Iterable[tuple[str, str]], limit: int | None, stats: PairStats
         if not source or not target:
             stats.empty += 1
             continue
-        out.append(Pair(source, target, *document))
+        out.append(Pair(source, target, *rest[:1], *(" ".join(c.split()) for c in rest[1:])))
     return out
 
 
 def parallel_files(source: str, target: str, limit: int | None = None, what: str = "training data",
-                   stats: PairStats | None = None, docids: str | None = None) -> list[Pair]:
-    """``docids``: a file naming each line's document (line-aligned), for training with context."""
+                   stats: PairStats | None = None, docids: str | None = None,
+                   context_target: str | None = None) -> list[Pair]:
+    """``docids``: a file naming each line's document (line-aligned), for training with context;
+    ``context_target``: the target side the context pairs show (line-aligned; ``Pair.context_target``)."""
     src, tgt = _read_lines(source, f"{what} source"), _read_lines(target, f"{what} target")
     if len(src) != len(tgt):
         raise SimulmtError(f"{what}: {source} has {len(src)} lines but {target} has {len(tgt)}; "
                            f"the two files must be aligned line by line")
-    if docids is None:
-        return _clean(list(zip(src, tgt)), limit, stats or PairStats())
-    ids = [i.strip() for i in _read_lines(docids, f"{what} docids")]
-    if len(ids) != len(src):
-        raise SimulmtError(f"{what}: {docids} has {len(ids)} lines but {source} has {len(src)}")
-    return _clean(list(zip(src, tgt, ids)), limit, stats or PairStats())
+    columns = [src, tgt]
+    for path, name in ((docids, "docids"), (context_target, "context target")):
+        if path is None:
+            continue
+        lines = _read_lines(path, f"{what} {name}")
+        if len(lines) != len(src):
+            raise SimulmtError(f"{what}: {path} has {len(lines)} lines but {source} has {len(src)}")
+        columns.append([i.strip() for i in lines] if name == "docids" else lines)
+    if docids is None and context_target is not None:
+        columns.insert(2, [""] * len(src))  # (one document: the pairs in order)
+    return _clean(list(zip(*columns)), limit, stats or PairStats())
 
 
 def tsv_file(path: str, limit: int | None = None, stats: PairStats | None = None) -> list[Pair]:
@@ -194,13 +203,13 @@ def encode(example: TrainingExample) -> dict[str, np.ndarray]:
 
 def context_formats(layout, fmt, tokenizer, pairs: list[Pair], window: ContextWindow) -> list:
     """The prompt format of each pair when it is trained with context: the talk's rule (``context_prompts``) over
-    the pairs before it in its document (``Pair.document``; the pairs in order), their targets encoded as a
-    stream writes them (each word with its leading space after the first)."""
+    the pairs before it in its document (``Pair.document``; the pairs in order), their targets (``context_target``
+    where a pair has one) encoded as a stream writes them (each word with its leading space after the first)."""
     formats, document = [], []
     for i, pair in enumerate(pairs + [None]):
         if pair is None or (document and pair.document != pairs[i - 1].document):
             ids = [(tuple(t for unit in source_units(tokenizer, fmt, p.source.split()) for t in unit),
-                    tuple(t for j, w in enumerate(p.target.split())
+                    tuple(t for j, w in enumerate((p.target if p.context_target is None else p.context_target).split())
                           for t in word_tokens(tokenizer, w, j > 0 or fmt.target_first_space))) for p in document]
             formats += [replace(fmt, prompt=fmt.prompt + c) for c in context_prompts(layout, fmt, ids, window)]
             document = []

@@ -51,6 +51,11 @@ class FinetuneOptions:
     train_docids: str | None = field(default=None, metadata={
         "help": "with --train-source: each line's document (talk, article), line-aligned; context never crosses "
                 "from one document to the next", "metavar": "FILE"})
+    train_context_target: str | None = field(default=None, metadata={
+        "help": "with --context-pairs and --train-source: the target side the context pairs show, line-aligned with "
+                "--train-target (e.g. the model's own translations of the training source, as a talk's context "
+                "holds at inference); the labels stay --train-target's. Default: --train-target itself",
+        "metavar": "FILE"})
     source_lang: str = language_field("en", "source")
     target_lang: str = language_field("de", "target")
     # ---- model and recipe ----
@@ -176,6 +181,9 @@ class FinetuneOptions:
             raise SimulmtError("--context-pairs and --context-tokens must be at least 0")
         if self.train_docids and not self.train_source:
             raise SimulmtError("--train-docids goes with --train-source/--train-target (line-aligned files)")
+        if self.train_context_target and not (self.train_source and self.context_pairs):
+            raise SimulmtError("--train-context-target goes with --train-source/--train-target and --context-pairs N "
+                               "(it is the target side of the context pairs)")
         if self.max_length < 16:
             raise SimulmtError(f"--max-length must be at least 16, got {self.max_length}")
         if self.lr is not None and self.lr <= 0:

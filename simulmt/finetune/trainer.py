@@ -231,7 +231,8 @@ def _say(message: str) -> None:
 def load_pairs(options: FinetuneOptions, stats: data.PairStats) -> list[data.Pair]:
     o = options
     if o.train_source:
-        return data.parallel_files(o.train_source, o.train_target, o.limit, stats=stats, docids=o.train_docids)
+        return data.parallel_files(o.train_source, o.train_target, o.limit, stats=stats, docids=o.train_docids,
+                                   context_target=o.train_context_target)
     if o.train_tsv:
         return data.tsv_file(o.train_tsv, o.limit, stats=stats)
     if o.train_jsonl:
@@ -521,7 +522,8 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
     card = {"simulmt_version": __version__, "command": options.command_line(), "model": model_name,
             "recipe": recipe.describe(), "serve_with": recipe.inference(options.eval_k),
             "context": {"pairs": options.context_pairs, "tokens": options.context_tokens,
-                        "documents": options.train_docids or "the pairs in order, one document"}
+                        "documents": options.train_docids or "the pairs in order, one document",
+                        "targets": options.train_context_target or "the training targets"}
             if context else None,
             "data": {"pairs_read": pair_stats.read, "pairs_empty": pair_stats.empty, **stats.to_json()}}
     if options.dry_run:
