@@ -84,7 +84,8 @@ def main() -> None:
     tally = Tally(translator.runner)
     translator.translate_many(lines[:2], batch_size=2, **options)  # warm-up
     print(f"{args.layout} wait-{args.k}, {len(lines)} lines, {args.streams} streams, {args.dtype}, "
-          f"{args.threads} thread(s){', moved guesses' if args.moved_guesses else ''}; multiply-adds per token {macs(1, 0) / 1e6:.0f}M, per LM head row "
+          f"{args.threads} thread(s){', moved guesses' if args.moved_guesses else ''}; multiply-adds per token "
+          f"{macs(1, 0) / 1e6:.0f}M, per LM head row "
           f"{macs(0, 1) / 1e6:.0f}M")
     for run in (1, 2):
         for guess_rows in (None, 16):
