@@ -195,3 +195,33 @@ def test_news_headlines_start_documents():
              "Fidesz support shot up \"in early December.\"", "Dr. Smith agreed."]
     assert document_ids(lines) == ["doc0"] * 4 + ["doc1"] * 3
     assert document_ids(["No headline first.", "Then one", "And its text."]) == ["doc0", "doc1", "doc1"]
+
+
+def test_a_talk_run_shows_progress_in_source_words_as_sentences_finish(tmp_path, data, translator):
+    """With talks batched, a talk's lines are logged only when the whole talk is done; the progress bar counts the
+    source words of every finished sentence of any talk instead, and ends at the test set's word count."""
+    import io
+
+    from simulmt.evaluation.grid import evaluate
+    from simulmt.evaluation.options import EvaluateOptions
+
+    seen = []
+    original = translator.translate_talks
+
+    def watched(*args, on_sentence=None, **kwargs):
+        def counted(done):
+            seen.append(done.source_length)
+            on_sentence(done)
+        return original(*args, on_sentence=counted, **kwargs)
+
+    translator.translate_talks = watched
+    err = io.StringIO()
+    try:
+        evaluate(translator, EvaluateOptions(source=str(data[0]), reference=str(data[1]), docids=str(data[2]),
+                                             output=str(tmp_path / "out"), layouts="expost", ks="2", no_offline=True,
+                                             batch_size=2), progress=True, err=err)
+    finally:
+        translator.translate_talks = original
+    total = sum(len(line.split()) for line in SOURCES)
+    assert len(seen) >= 2 and sum(seen) == total  # (a talk cuts its own sentences: not one per line)
+    assert f"{total}/{total}" in err.getvalue() and "word" in err.getvalue() and "2/2 talks" in err.getvalue()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from itertools import accumulate
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -101,19 +102,24 @@ def translate_talk_run(translator: "Translator", spec: RunSpec, test_set: TestSe
         (directory / SIMULEVAL_CONFIG).write_text("source_type: text\ntarget_type: text\n", encoding="utf-8")
         log = directory / LOG
         records = read_log(log, repair=True, err=err) if log.exists() else []
+        # progress in source words, as each sentence of any talk in the batch is done (a talk's lines are logged
+        # only when the talk is: with many talks batched, the first may take most of the run)
+        words = list(accumulate((sum(len(line.split()) for line in test_set.sources[t.start:t.end]) for t in talks),
+                                initial=0))
         bar = None
         if progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=talks[-1].end, initial=talks[len(records) - 1].end if records else 0,
-                       desc=spec.name, unit="sent", file=err, dynamic_ncols=True)
+            bar = tqdm(total=words[-1], initial=words[len(records)], desc=spec.name, unit="word", file=err,
+                       dynamic_ncols=True)
         try:
             with open(log, "ab") as f:
                 start = len(records)
                 texts = (test_set.sources[t.start:t.end] for t in talks[start:])
-                translations = translator.translate_talks(texts, batch_size=batch_size, window=window,
-                                                          max_words=config["talk_max_words"],
-                                                          **spec.session_kwargs(), **decode_kwargs(config))
+                translations = translator.translate_talks(
+                    texts, batch_size=batch_size, window=window, max_words=config["talk_max_words"],
+                    on_sentence=(lambda done: bar.update(done.source_length)) if bar is not None else None,
+                    **spec.session_kwargs(), **decode_kwargs(config))
                 for index, translation in enumerate(translations, start):
                     if translation.error:
                         (bar.write if bar is not None else print)(
@@ -123,8 +129,10 @@ def translate_talk_run(translator: "Translator", spec: RunSpec, test_set: TestSe
                     f.flush()
                     os.fsync(f.fileno())
                     records.append(record)
-                    if bar is not None:
-                        bar.update(talks[index].end - talks[index].start)
+                    if bar is not None:  # (the talks logged so far, and what the later ones have done)
+                        bar.set_postfix_str(f"{len(records)}/{len(talks)} talks", refresh=True)
+            if bar is not None:  # (a talk that failed before its first sentence reported none of its words)
+                bar.update(words[len(records)] - bar.n)
         finally:
             if bar is not None:
                 bar.close()
