@@ -172,3 +172,8 @@ def test_streams_mode_reports_throughput_latency_and_memory_per_stream_count(mon
     assert four["cache_peak_mb"] > one["cache_peak_mb"] > 0
     assert 0 < one["ms_per_word_p50"] <= one["ms_per_word_p95"]
     assert one["plain_tokens_per_s"] > 0 and data["settings"]["policy"] == "wait-k"
+    # what it computed per target token: the target and the source, and a row of logits per target token at least
+    for point in (one, four):
+        assert point["tokens_computed"] > point["target_tokens"] and point["logit_rows"] >= point["target_tokens"]
+    assert "tokens / target token" in printed and "LM head rows / target token" in printed
+    assert "engine / plain" in printed

@@ -7,6 +7,9 @@ advanced together by the engine (new sentences join as others finish), and repor
 * per-stream milliseconds per target word: the gaps between a stream's consecutive words (the first word counts
   from the stream's start), p50 and p95 over all words;
 * the peak memory of the batched KV cache;
+* what the engine computes per target token: tokens (prompt, source, markers, target, guesses) and rows of the LM
+  head (each target token needs one, a word's end and a read one more): the plain loop computes one of each, so
+  they bound the engine's ratio to it on a device where the model's products are the cost (docs/engine-speed.md);
 * the same stream counts for a plain batched greedy decode loop (``plain_decode``: a Hugging Face
   ``DynamicCache``, every row one token per step, no policy, no masks), so that the engine's own overhead is
   visible next to what batching gives the model alone on this machine.
@@ -34,6 +37,8 @@ class StreamsPoint:
     ms_per_word_p50: float
     ms_per_word_p95: float
     cache_peak_mb: float
+    tokens_computed: int = 0  # tokens the engine computed (prompt, source, markers, target, guesses)
+    logit_rows: int = 0  # rows of the LM head it computed
     plain_tokens_per_s: float | None = None
 
     @property
@@ -79,7 +84,8 @@ def measure(translator, sentences: list[str], streams: int, session_kwargs: dict
         streams=streams, sentences=len(sentences), seconds=seconds,
         target_tokens=sum(len(s.target_tokens) for s in made), target_words=sum(len(s.written) for s in made),
         forwards=engine.stats.forwards, ms_per_word_p50=_percentile(gaps, 50), ms_per_word_p95=_percentile(gaps, 95),
-        cache_peak_mb=engine.stats.peak_cache_bytes / 2**20)
+        cache_peak_mb=engine.stats.peak_cache_bytes / 2**20, tokens_computed=engine.stats.tokens,
+        logit_rows=engine.stats.logit_rows)
 
 
 @torch.no_grad()
@@ -139,15 +145,19 @@ def report_rows(points: list[StreamsPoint]) -> tuple[list[str], list[list[str]]]
     """Markdown table: every figure with its ratio to the first stream count (normally 1)."""
     base = points[0]
     header = ["streams", "target tok/s", f"x {base.streams} stream", "ms/word p50", "ms/word p95",
-              "KV cache peak MB", "plain loop tok/s", f"plain x {base.streams}"]
+              "KV cache peak MB", "tokens / target token", "LM head rows / target token", "plain loop tok/s",
+              f"plain x {base.streams}", "engine / plain"]
     rows = []
     for p in points:
         ratio = p.tokens_per_s / base.tokens_per_s if base.tokens_per_s else 0.0
         plain = f"{p.plain_tokens_per_s:.1f}" if p.plain_tokens_per_s else "-"
         plain_ratio = (f"{p.plain_tokens_per_s / base.plain_tokens_per_s:.2f}"
                        if p.plain_tokens_per_s and base.plain_tokens_per_s else "-")
+        versus = f"{p.tokens_per_s / p.plain_tokens_per_s:.2f}" if p.plain_tokens_per_s else "-"
+        per = max(1, p.target_tokens)
         rows.append([str(p.streams), f"{p.tokens_per_s:.2f}", f"{ratio:.2f}", f"{p.ms_per_word_p50:.0f}",
-                     f"{p.ms_per_word_p95:.0f}", f"{p.cache_peak_mb:.1f}", plain, plain_ratio])
+                     f"{p.ms_per_word_p95:.0f}", f"{p.cache_peak_mb:.1f}", f"{p.tokens_computed / per:.2f}",
+                     f"{p.logit_rows / per:.2f}", plain, plain_ratio, versus])
     return header, rows
 
 

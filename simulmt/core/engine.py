@@ -108,6 +108,7 @@ class EngineStats:
     rows: int = 0  # stream rows served, summed over forwards
     tokens: int = 0  # tokens computed (packed: no padding; shared prompt tokens are not computed)
     shared_tokens: int = 0  # prompt tokens copied from the prompt cache instead of computed
+    logit_rows: int = 0  # rows of the LM head computed (with a large vocabulary, a row costs more than a token)
     stopped: int = 0  # forwards that stopped at a policy head's inner layer
     peak_cache_bytes: int = 0
     batch_sizes: Counter = field(default_factory=Counter)  # rows per forward -> forwards (bounded: a long-running
@@ -209,6 +210,7 @@ class Engine:
             logit_rows += answers * got
             answer += answers
         self._count(done.rows, done.counts, done.shared)
+        self.stats.logit_rows += logits.shape[0]
         for row, key, length in done.to_store if self.cache.layers_ready else ():  # (no store: no sharing)
             keys, values = self.cache.copy_out(row, length)
             self.prompts.put(key, SharedPrompt(keys, values))
