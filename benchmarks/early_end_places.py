@@ -29,7 +29,7 @@ def places_by_cause(log: Path) -> tuple[list[int], dict[str, list[int]]]:
             n = record["prediction_length"]
             for i, (a, b) in enumerate(BINS):
                 words[i] += max(0, min(n, b) - a)
-            for at, cause in {(e[0], e[1]) for e in record["early_ends"]}:
+            for at, cause in {(e[0], e[1]) for e in record.get("early_ends", ())}:  # (older logs: none kept)
                 row = places.setdefault(cause, [0] * len(BINS))
                 row[next(i for i, (a, b) in enumerate(BINS) if a <= at < b)] += 1
     return words, places
@@ -37,7 +37,9 @@ def places_by_cause(log: Path) -> tuple[list[int], dict[str, list[int]]]:
 
 def main() -> None:
     for run in sys.argv[1:]:
-        log = next(p for p in (Path(run) / "instances.log", Path(run) / "instances.log.gz") if p.exists())
+        log = next((p for p in (Path(run) / "instances.log", Path(run) / "instances.log.gz") if p.exists()), None)
+        if log is None:
+            sys.exit(f"early_end_places.py: no instances.log(.gz) in {run}")
         words, places = places_by_cause(log)
         totals = Counter({cause: sum(row) for cause, row in places.items()})
         print(f"{run}: target words per bin {words}; places {dict(totals)}")

@@ -26,29 +26,37 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         (left if item.get_closest_marker("data") else kept).append(item)
     if left:
+        config._simulmt_leaving_data = True  # (pytest_deselected below: not the default's slow tests)
         config.hook.pytest_deselected(items=left)
+        config._simulmt_leaving_data = False
         items[:] = kept
         config._simulmt_left_out = len(left)
 
 
 # Tests marked ``slow`` (a packaged real model, or minutes of CPU) are left out by default (pyproject.toml's
 # ``-m "not slow"``), so that a plain ``pytest`` stays well under 15 minutes; ``-m "slow or not slow"`` runs
-# everything, as CI does (.ci/run). The run says how many it left out.
-_slow_left_out = 0
+# everything, as CI does (.ci/run). The run says how many the default left out (not counted: a run with its own
+# ``-m`` or ``-k``, and the ``data`` tests left out above).
+SLOW_LEFT_OUT = pytest.StashKey[int]()
 
 
 def pytest_deselected(items):
-    global _slow_left_out
-    _slow_left_out += sum(1 for item in items if item.get_closest_marker("slow"))
+    config = items[0].config if items else None
+    if (config is None or config.getoption("markexpr") != "not slow" or config.getoption("keyword")
+            or getattr(config, "_simulmt_leaving_data", False)):
+        return
+    config.stash[SLOW_LEFT_OUT] = config.stash.get(SLOW_LEFT_OUT, 0) + sum(
+        1 for item in items if item.get_closest_marker("slow"))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     left = getattr(config, "_simulmt_left_out", 0)
     if left:
         terminalreporter.write_line(f"{left} test{'s' if left != 1 else ''} marked `data` left out: no {SHARED_DATA} beside this clone")
-    if _slow_left_out:
-        terminalreporter.write_line(f"{_slow_left_out} test{'s' if _slow_left_out != 1 else ''} marked `slow` left out "
-                                    f"(the default): -m \"slow or not slow\" runs everything, as CI does")
+    slow = config.stash.get(SLOW_LEFT_OUT, 0)
+    if slow:
+        terminalreporter.write_line(f"{slow} test{'s' if slow != 1 else ''} marked `slow` left out (the default): "
+                                    f"-m \"slow or not slow\" runs everything, as CI does")
 
 
 def without_simuleval(reason: str) -> None:

@@ -378,6 +378,9 @@ def test_resume_continues_the_same_run(corpus, tmp_path):
         finetune(options(corpus, tmp_path / "cut"), translator=fresh_translator("llama"), progress=False)
     with pytest.raises(SimulmtError, match="--k: was 3, now 5"):
         finetune(options(corpus, tmp_path / "cut", resume=True, k=5), translator=fresh_translator("llama"))
+    with pytest.raises(SimulmtError, match="--context-pairs: was 0, now 2"):  # (context changes the data too)
+        finetune(options(corpus, tmp_path / "cut", resume=True, context_pairs=2,
+                         train_context_target=corpus["train_target"]), translator=fresh_translator("llama"))
     resumed = finetune(options(corpus, tmp_path / "cut", resume=True), translator=fresh_translator("llama"),
                        progress=False)
     assert resumed["resumed_from"].endswith("checkpoint-4")

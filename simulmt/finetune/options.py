@@ -250,8 +250,9 @@ def _mix(text: str, flag: str, name: str, example: str) -> tuple[int, ...]:
 # Options that must not change when a run is resumed (they change the data, the model or the batches).
 _RESUME_KEYS = ("train_source", "train_target", "train_tsv", "train_jsonl", "train_dataset", "dataset_split",
                 "source_field", "target_field", "limit", "source_lang", "target_lang", "model", "recipe", "policy",
-                "k", "k_mix", "n", "n_mix", "slot", "phi", "init_adapter", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "full",
-                "max_length", "batch_size", "grad_accum", "sampling", "seed")
+                "k", "k_mix", "n", "n_mix", "slot", "phi", "init_adapter", "lora_rank", "lora_alpha", "lora_dropout",
+                "lora_targets", "full", "max_length", "batch_size", "grad_accum", "sampling", "seed", "context_pairs",
+                "context_tokens", "train_docids", "train_context_target")
 
 
 def resume_conflicts(saved: dict, options: FinetuneOptions) -> list[str]:

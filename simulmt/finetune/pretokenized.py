@@ -27,8 +27,10 @@ class Pretokenized:
 
     @classmethod
     def for_pairs(cls, tokenizer, pairs) -> "Pretokenized":
-        """Every word of the pairs' sources and targets, as a first word and as a word after a space."""
-        words = {w for pair in pairs for text in (pair.source, pair.target) for w in text.split()}
+        """Every word of the pairs' sources and targets (and the targets their context shows), as a first word and as
+        a word after a space."""
+        words = {w for pair in pairs for text in (pair.source, pair.target, getattr(pair, "context_target", None) or "")
+                 for w in text.split()}
         return cls(tokenizer, [t for w in sorted(words) for t in (w, " " + w)])
 
     def __call__(self, text, add_special_tokens: bool = True, split_special_tokens: bool = False, **kwargs):
