@@ -29,7 +29,7 @@ class Pretokenized:
     def for_pairs(cls, tokenizer, pairs) -> "Pretokenized":
         """Every word of the pairs' sources and targets (and the targets their context shows), as a first word and as
         a word after a space."""
-        words = {w for pair in pairs for text in (pair.source, pair.target, getattr(pair, "context_target", None) or "")
+        words = {w for pair in pairs for text in (pair.source, pair.target, pair.context_target or "")
                  for w in text.split()}
         return cls(tokenizer, [t for w in sorted(words) for t in (w, " " + w)])
 
