@@ -168,10 +168,54 @@ def test_docids_errors(tmp_path):
     assert [(t.name, t.start, t.end) for t in talks] == [("x", 0, 2), ("y", 2, 3)]
 
 
-def test_docids_with_speech_or_shards_is_refused(tmp_path, data, loads, capsys):
-    assert cli.main(_args(data, tmp_path / "o", "--shard", "1/2")) == 2
-    assert "not sharded" in capsys.readouterr().err
-    assert not loads
+def test_talk_shards_are_whole_talks_balanced_by_source_words():
+    from simulmt.evaluation.testset import TestSet
+
+    lines = [" ".join(["w"] * n) for n in (10, 10, 30, 5, 5, 5, 40, 1, 1, 2)]
+    ids = ["a", "a", "b", "c", "c", "c", "d", "e", "f", "f"]
+    talks: list = []
+    for i, name in enumerate(ids):
+        if talks and talks[-1][0] == name:
+            talks[-1][2] = i + 1
+        else:
+            talks.append([name, i, i + 1])
+    from simulmt.evaluation.talks import TalkLines, talk_shard_bounds
+
+    talks = [TalkLines(*t) for t in talks]  # words per talk: a 20, b 30, c 15, d 40, e 1, f 3 (109)
+    test_set = TestSet(sources=lines, references=lines, source_path=Path("s"), reference_path=Path("r"),
+                       source_sha256="", reference_sha256="")
+    for shards in range(1, 8):
+        blocks = [talk_shard_bounds(talks, test_set, i, shards) for i in range(1, shards + 1)]
+        assert blocks[0][0] == 0 and blocks[-1][1] == len(talks)
+        assert all(a[1] == b[0] and a[0] <= a[1] for a, b in zip(blocks, blocks[1:]))
+    # a talk goes where its middle word is: 2 shards of 54.5 words: a, b (middles 10, 35) | c, d, e, f
+    assert [talk_shard_bounds(talks, test_set, i, 2) for i in (1, 2)] == [(0, 2), (2, 6)]
+    assert [talk_shard_bounds(talks, test_set, i, 3) for i in (1, 2, 3)] == [(0, 2), (2, 3), (3, 6)]
+    one = [talk_shard_bounds(talks[3:4], test_set, i, 2) for i in (1, 2)]
+    assert one == [(0, 0), (0, 1)]  # one talk: its middle word is in shard 2's half, shard 1 has none
+
+
+def test_two_talk_shards_merge_into_the_single_process_run(tmp_path, data, translator, loads, capsys):
+    """``--shard I/N`` with ``--docids``: each shard streams its whole talks; the last to finish merges them into
+    the run one process writes (the same records, timings aside; the same scores and signature)."""
+    single, sharded = tmp_path / "single", tmp_path / "sharded"
+    run = "expost-slot16.wait-2"
+    assert cli.main(_args(data, single, "--layouts", "expost", "--context-pairs", "2")) == 0
+    assert cli.main(_args(data, sharded, "--layouts", "expost", "--context-pairs", "2", "--shard", "2/2")) == 0
+    assert "shards 1/2 not finished yet" in capsys.readouterr().err and not (sharded / run).exists()
+    assert [r["source"] for r in read_log(sharded / "shards" / "2-of-2" / run / "instances.log")] == ["talk2"]
+    assert cli.main(_args(data, sharded, "--layouts", "expost", "--context-pairs", "2", "--shard", "1/2")) == 0
+    assert "merged 2 shards" in capsys.readouterr().err
+
+    def untimed(path: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in ("elapsed", "wall_ms", "read_elapsed")}
+                for r in read_log(path / run / "instances.log")]
+
+    assert untimed(sharded) == untimed(single) and [r["index"] for r in untimed(sharded)] == [0, 1]
+    a, b = (json.loads((d / run / "scores.json").read_text()) for d in (single, sharded))
+    assert {k: v for k, v in a.items() if "_CA" not in k and k != "wall_ms"} == \
+           {k: v for k, v in b.items() if "_CA" not in k and k != "wall_ms"}  # (the signature included)
+    assert (sharded / run / LONGFORM / "hypotheses.jsonl").is_file() and (sharded / "results.md").is_file()
 
 
 def test_the_computation_aware_clock_overlaps_compute_with_the_talk():
@@ -225,3 +269,14 @@ def test_a_talk_run_shows_progress_in_source_words_as_sentences_finish(tmp_path,
     total = sum(len(line.split()) for line in SOURCES)
     assert len(seen) >= 2 and sum(seen) == total  # (a talk cuts its own sentences: not one per line)
     assert f"{total}/{total}" in err.getvalue() and "word" in err.getvalue() and "2/2 talks" in err.getvalue()
+
+
+def test_a_talk_shard_without_talks_finishes_at_once(tmp_path, data, translator, loads, capsys):
+    """One talk in two shards: shard 1 gets none (the talk's middle word is in shard 2's half); it finishes empty
+    and the merge still writes the one-talk run."""
+    run = tmp_path / "o" / "expost-slot16.wait-2"
+    assert cli.main(_args(data, tmp_path / "o", "--lines", "3", "--layouts", "expost", "--shard", "1/2")) == 0
+    assert "shards 2/2 not finished yet" in capsys.readouterr().err
+    assert cli.main(_args(data, tmp_path / "o", "--lines", "3", "--layouts", "expost", "--shard", "2/2")) == 0
+    assert [r["source"] for r in read_log(run / "instances.log")] == ["talk1"]
+    assert json.loads((run / "scores.json").read_text())["talks"] == 1

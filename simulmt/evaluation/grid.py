@@ -17,7 +17,7 @@ from simulmt.evaluation.run_dir import (CONFIG, LOG, SIMULEVAL_CONFIG, _Lock, _w
                                         run_config, translate_run)
 from simulmt.evaluation.runs import RunResult, RunSpec
 from simulmt.evaluation.scores import score_run
-from simulmt.evaluation.talks import read_talks, talk_config, translate_talk_run
+from simulmt.evaluation.talks import read_talks, talk_config, talk_shard_config, translate_talk_run
 from simulmt.evaluation.testset import TestSet, read_audio_test_set, read_test_set
 from simulmt.output_dir import check_output_dir
 
@@ -48,7 +48,7 @@ def evaluate(translator: "Translator", options: EvaluateOptions, *, progress: bo
             check_run_dir(output / spec.name, configs[spec])
     shard = options.shard_of()
     if shard is not None:
-        return _evaluate_shard(translator, options, test_set, specs, configs, shard, progress, err)
+        return _evaluate_shard(translator, options, test_set, specs, configs, shard, progress, err, talks)
     results = []
     for spec in specs:
         if talks is not None:
@@ -76,16 +76,28 @@ def shard_config(config: dict, shard: int, shards: int) -> dict:
 
 
 def _evaluate_shard(translator, options: EvaluateOptions, test_set: TestSet, specs: list[RunSpec],
-                    configs: dict, shard: tuple[int, int], progress: bool, err: TextIO | None) -> list[RunResult]:
-    """Translate this shard's block of every run; merge when every shard is finished. Returns the merged runs'
-    results, or [] while other shards still have work."""
+                    configs: dict, shard: tuple[int, int], progress: bool, err: TextIO | None,
+                    talks: list | None = None) -> list[RunResult]:
+    """Translate this shard's block of every run (of its sentences; of its whole talks with ``talks``, balanced
+    by source words: talks.py); merge when every shard is finished. Returns the merged runs' results, or [] while
+    other shards still have work."""
     import dataclasses
 
     i, n = shard
+    folder = Path(options.output) / SHARDS / f"{i}-of-{n}"
+    if talks is not None:
+        def config_of(spec: RunSpec, shard: int) -> dict:
+            return talk_shard_config(configs[spec], talks, test_set, shard, n)
+
+        for spec in specs:
+            config = config_of(spec, i)
+            first = config["first_line"]  # (a talk run's records, and so its "lines", are talks)
+            translate_talk_run(translator, spec, test_set, talks[first:first + config["lines"]], folder / spec.name,
+                               config, progress=progress, err=err, batch_size=options.batch_size)
+        return merge_shards(Path(options.output), specs, configs, n, err=err, config_of=config_of)
     start, end = shard_bounds(len(test_set.sources), i, n)
     block = dataclasses.replace(test_set, sources=test_set.sources[start:end],
                                 references=test_set.references[start:end])
-    folder = Path(options.output) / SHARDS / f"{i}-of-{n}"
     for spec in specs:
         translate_run(translator, spec, block, folder / spec.name, shard_config(configs[spec], i, n),
                       progress=progress, err=err, batch_size=options.batch_size)
@@ -93,16 +105,20 @@ def _evaluate_shard(translator, options: EvaluateOptions, test_set: TestSet, spe
 
 
 def merge_shards(output: Path, specs: list[RunSpec], configs: dict, shards: int,
-                 err: TextIO | None = None) -> list[RunResult]:
+                 err: TextIO | None = None, config_of=None) -> list[RunResult]:
     """If all ``shards`` shards of every run are finished, write each run as one process would have (the blocks'
-    sentences in order, with their indices in the whole set), score the runs and write the grid's reports; else
-    return [] and say which shards are missing."""
+    records in order, with their indices in the whole set), score the runs and write the grid's reports; else
+    return [] and say which shards are missing. ``config_of(spec, i)``: shard i's config (default: a block of
+    sentences, ``shard_config``)."""
     err = err or sys.stderr
+    if config_of is None:
+        def config_of(spec: RunSpec, shard: int) -> dict:
+            return shard_config(configs[spec], shard, shards)
     blocks, missing = {}, set()
     for spec in specs:
         for i in range(1, shards + 1):
             directory = output / SHARDS / f"{i}-of-{shards}" / spec.name
-            expected = shard_config(configs[spec], i, shards)
+            expected = config_of(spec, i)
             if not (directory / CONFIG).is_file():
                 missing.add(i)
                 continue
@@ -124,7 +140,7 @@ def merge_shards(output: Path, specs: list[RunSpec], configs: dict, shards: int,
             check_run_dir(directory, configs[spec])
             lines = []
             for i in range(1, shards + 1):
-                first = shard_config(configs[spec], i, shards)["first_line"]
+                first = config_of(spec, i)["first_line"]
                 lines += [json.dumps({**record, "index": first + record["index"]}, ensure_ascii=False) + "\n"
                           for record in blocks[spec, i]]
             tmp = directory / f".{LOG}.{os.getpid()}.tmp"

@@ -91,8 +91,9 @@ class EvaluateOptions:
                 "sentence per line; a talk on one line would run for hours)", "metavar": "N"})
     batch_size: int = batch_size_field()
     shard: str | None = field(default=None, metadata={
-        "help": "translate only block I of N of every run's sentences (I = 1..N: a job array's index), into "
-                "DIR/shards/; the shard that finds all N finished merges them into the runs one process writes. "
+        "help": "translate only block I of N of every run's sentences (I = 1..N: a job array's index; with "
+                "--docids, of its whole talks, balanced by source words), into DIR/shards/; the shard that finds "
+                "all N finished merges them into the runs one process writes. "
                 "Under torchrun / accelerate launch the rank gives the shard", "metavar": "I/N"})
     device: str | None = device_field()
     dtype: str = dtype_field()
@@ -109,8 +110,6 @@ class EvaluateOptions:
         if self.docids is not None and self.source_audio:
             raise SimulmtError("--docids (whole talks) takes a text --source; speech talks are not scored long-form "
                                "yet")
-        if self.docids is not None and self.shard_of() is not None:
-            raise SimulmtError("--docids runs are not sharded (a shard would cut talks): run them in one process")
         self.decode_config()  # validates --no-repeat-ngram
         if self.context_pairs < 0 or self.context_tokens < 0:
             raise SimulmtError("--context-pairs and --context-tokens must be at least 0")

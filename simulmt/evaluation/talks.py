@@ -73,6 +73,24 @@ def talk_config(config: dict, options: "EvaluateOptions", talks: list[TalkLines]
             "talk_max_words": DEFAULT_MAX_WORDS}
 
 
+def talk_shard_bounds(talks: list[TalkLines], test_set: TestSet, shard: int, shards: int) -> tuple[int, int]:
+    """Talks [start, end) of shard ``shard`` (1..N) of a long-form run: contiguous blocks of whole talks (a talk
+    is one stream, never cut), balanced by source words: a talk goes to the shard whose share of the run's words
+    holds its middle word. A shard may get no talk (one talk longer than the others together)."""
+    words = [sum(len(line.split()) for line in test_set.sources[t.start:t.end]) for t in talks]
+    total = max(1, sum(words))
+    owner = [min(shards, int((before + w / 2) * shards // total) + 1)
+             for before, w in zip(accumulate(words, initial=0), words)]
+    return sum(o < shard for o in owner), sum(o <= shard for o in owner)
+
+
+def talk_shard_config(config: dict, talks: list[TalkLines], test_set: TestSet, shard: int, shards: int) -> dict:
+    """A long-form run's config as one shard writes it: its block of the talks, and which block it is."""
+    start, end = talk_shard_bounds(talks, test_set, shard, shards)
+    return {**config, "lines": end - start, "sentences": sum(t.end - t.start for t in talks[start:end]),
+            "shard": f"{shard}/{shards}", "first_line": start}
+
+
 def talk_record(index: int, talk: TalkLines, translation: "Translation", test_set: TestSet) -> dict:
     sources = test_set.sources[talk.start:talk.end]
     record = {"index": index, "source": talk.name, "prediction": translation.prediction,
@@ -222,5 +240,5 @@ def write_longform_inputs(folder: Path, records: list[dict], ms: float, resegmen
         "        --log-file simulstream.jsonl --reference references.txt --audio-definition segmentation.yaml"])
 
 
-__all__ = ["LONGFORM", "TalkLines", "read_talks", "score_talk_run", "talk_config", "talk_record",
-           "translate_talk_run", "write_longform_inputs"]
+__all__ = ["LONGFORM", "TalkLines", "read_talks", "score_talk_run", "talk_config", "talk_record", "talk_shard_bounds",
+           "talk_shard_config", "translate_talk_run", "write_longform_inputs"]
