@@ -280,3 +280,19 @@ def test_a_talk_shard_without_talks_finishes_at_once(tmp_path, data, translator,
     assert cli.main(_args(data, tmp_path / "o", "--lines", "3", "--layouts", "expost", "--shard", "2/2")) == 0
     assert [r["source"] for r in read_log(run / "instances.log")] == ["talk1"]
     assert json.loads((run / "scores.json").read_text())["talks"] == 1
+
+
+def test_the_longform_table_has_a_row_per_run_with_its_scores(tmp_path, capsys):
+    """benchmarks/longform_table.py: README's long-form table, read from the runs' scores.json."""
+    from helpers import load_benchmark
+
+    run = write_run(tmp_path / "grid" / "expost-slot16.wait-3", FIXTURE)
+    scores = score_talk_run(run).scores
+    table = load_benchmark("longform_table")
+    table.main([f"shipped={tmp_path / 'grid'}", f"again={run}", "--complete"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and lines[0].startswith("| adapter | run | context | BLEU |")
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[:4] == ["shipped", "expost-slot16.wait-3", "3 pairs / 384 tokens", f"{scores['BLEU']:.2f}"]
+    assert cells[6] == f"{scores['LongYAAL']:.2f}" and cells[-2:] == ["2", "5"]
+    assert lines[3].startswith("| again |")
