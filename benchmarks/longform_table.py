@@ -29,6 +29,8 @@ def runs_of(directory: Path) -> list[Path]:
 
 def row(label: str, run: Path, complete: bool) -> str:
     scores = json.loads((run / "scores.json").read_text(encoding="utf-8"))
+    if "LongYAAL" not in scores:
+        raise SystemExit(f"{run}: not a long-form run (no LongYAAL in its scores.json: evaluate without --docids)")
     signature = scores["signature"]
     if complete and not signature.get("complete"):
         raise SystemExit(f"{run}: {scores['talks']} talks logged, not all of them (--complete)")

@@ -296,3 +296,31 @@ def test_the_longform_table_has_a_row_per_run_with_its_scores(tmp_path, capsys):
     assert cells[:4] == ["shipped", "expost-slot16.wait-3", "3 pairs / 384 tokens", f"{scores['BLEU']:.2f}"]
     assert cells[6] == f"{scores['LongYAAL']:.2f}" and cells[-2:] == ["2", "5"]
     assert lines[3].startswith("| again |")
+
+
+def test_a_talk_cut_by_another_lines_is_never_continued_or_merged(tmp_path, data, translator, loads, capsys):
+    """--lines 4 cuts talk 2 after its first line; a rerun with all 6 lines must not take that logged talk as
+    finished (one process or a shard: the shard's config is the same, only its talks' lines differ)."""
+    for extra, out in (((), "one"), (("--shard", "2/2"), "sharded")):
+        assert cli.main(_args(data, tmp_path / out, "--lines", "4", "--layouts", "expost", *extra)) == 0
+        capsys.readouterr()
+        assert cli.main(_args(data, tmp_path / out, "--layouts", "expost", *extra)) == 1
+        assert "'talk2' was logged with 1 lines" in capsys.readouterr().err
+
+
+def test_a_talk_shard_of_another_split_is_refused(tmp_path, data, translator, loads, capsys):
+    assert cli.main(_args(data, tmp_path, "--layouts", "expost", "--shard", "2/2")) == 0  # talk 2
+    capsys.readouterr()
+    assert cli.main(_args(data, tmp_path, "--layouts", "expost", "--shard", "2/3")) == 0  # another split: its own
+    assert "not finished yet" in capsys.readouterr().err
+    assert cli.main(_args(data, tmp_path, "--layouts", "expost", "--lines", "3", "--shard", "2/2")) == 1
+    assert "first_line" in capsys.readouterr().err  # (of 3 lines, shard 2/2 starts at talk 0)
+
+
+def test_docids_with_speech_is_refused(tmp_path, data, loads, capsys):
+    wavs = tmp_path / "wavs.list"
+    wavs.write_text("a.wav\n")
+    assert cli.main(["evaluate", "--source-audio", str(wavs), "--reference", str(data[1]), "--docids",
+                     str(data[2]), "--output", str(tmp_path / "o")]) == 2
+    assert "speech talks are not scored long-form" in capsys.readouterr().err
+    assert not loads

@@ -22,8 +22,8 @@
   the ``_CA`` variants (it would take ``elapsed`` for delays in source units).
 
 Sharded (``--shard I/N``, or the rank under torchrun / accelerate launch): shard I translates its block of every
-run's sentences into ``DIR/shards/I-of-N/<run>/`` (resumable like any run); the shard that finds all N finished
-merges them into ``DIR/<run>/``, which is then what one process writes (the same ``instances.log`` lines in the same
+run's sentences (with ``--docids``, of its whole talks, balanced by source words) into ``DIR/shards/I-of-N/<run>/``
+(resumable like any run); the shard that finds all N finished merges them into ``DIR/<run>/``, which is then what one process writes (the same ``instances.log`` lines in the same
 order, timings aside; the same scores and signatures), and writes the grid's reports. Rerunning any shard's command
 merges again.
 

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from simulmt.errors import SimulmtError
@@ -17,7 +18,8 @@ from simulmt.evaluation.run_dir import (CONFIG, LOG, SIMULEVAL_CONFIG, _Lock, _w
                                         run_config, translate_run)
 from simulmt.evaluation.runs import RunResult, RunSpec
 from simulmt.evaluation.scores import score_run
-from simulmt.evaluation.talks import read_talks, talk_config, talk_shard_config, translate_talk_run
+from simulmt.evaluation.talks import (TalkLines, check_talk_records, read_talks, talk_config, talk_shard_bounds,
+                                      talk_shard_config, translate_talk_run)
 from simulmt.evaluation.testset import TestSet, read_audio_test_set, read_test_set
 from simulmt.output_dir import check_output_dir
 
@@ -77,7 +79,7 @@ def shard_config(config: dict, shard: int, shards: int) -> dict:
 
 def _evaluate_shard(translator, options: EvaluateOptions, test_set: TestSet, specs: list[RunSpec],
                     configs: dict, shard: tuple[int, int], progress: bool, err: TextIO | None,
-                    talks: list | None = None) -> list[RunResult]:
+                    talks: list[TalkLines] | None = None) -> list[RunResult]:
     """Translate this shard's block of every run (of its sentences; of its whole talks with ``talks``, balanced
     by source words: talks.py); merge when every shard is finished. Returns the merged runs' results, or [] while
     other shards still have work."""
@@ -85,16 +87,19 @@ def _evaluate_shard(translator, options: EvaluateOptions, test_set: TestSet, spe
 
     i, n = shard
     folder = Path(options.output) / SHARDS / f"{i}-of-{n}"
-    if talks is not None:
+    if talks is not None:  # whole talks (talks.py: blocks of talks balanced by source words)
         def config_of(spec: RunSpec, shard: int) -> dict:
             return talk_shard_config(configs[spec], talks, test_set, shard, n)
 
+        def check(spec: RunSpec, shard: int, records: list[dict], directory: Path) -> None:
+            start, end = talk_shard_bounds(talks, test_set, shard, n)
+            check_talk_records(records, talks[start:end], directory)
+
+        start, end = talk_shard_bounds(talks, test_set, i, n)
         for spec in specs:
-            config = config_of(spec, i)
-            first = config["first_line"]  # (a talk run's records, and so its "lines", are talks)
-            translate_talk_run(translator, spec, test_set, talks[first:first + config["lines"]], folder / spec.name,
-                               config, progress=progress, err=err, batch_size=options.batch_size)
-        return merge_shards(Path(options.output), specs, configs, n, err=err, config_of=config_of)
+            translate_talk_run(translator, spec, test_set, talks[start:end], folder / spec.name, config_of(spec, i),
+                               progress=progress, err=err, batch_size=options.batch_size)
+        return merge_shards(Path(options.output), specs, configs, n, err=err, config_of=config_of, check=check)
     start, end = shard_bounds(len(test_set.sources), i, n)
     block = dataclasses.replace(test_set, sources=test_set.sources[start:end],
                                 references=test_set.references[start:end])
@@ -105,11 +110,13 @@ def _evaluate_shard(translator, options: EvaluateOptions, test_set: TestSet, spe
 
 
 def merge_shards(output: Path, specs: list[RunSpec], configs: dict, shards: int,
-                 err: TextIO | None = None, config_of=None) -> list[RunResult]:
+                 err: TextIO | None = None, config_of: Callable[[RunSpec, int], dict] | None = None,
+                 check: Callable[[RunSpec, int, list[dict], Path], None] | None = None) -> list[RunResult]:
     """If all ``shards`` shards of every run are finished, write each run as one process would have (the blocks'
     records in order, with their indices in the whole set), score the runs and write the grid's reports; else
     return [] and say which shards are missing. ``config_of(spec, i)``: shard i's config (default: a block of
-    sentences, ``shard_config``)."""
+    sentences, ``shard_config``); ``check(spec, i, records, directory)``: raises if shard i's records are not
+    those of its block (whole talks: talks.py)."""
     err = err or sys.stderr
     if config_of is None:
         def config_of(spec: RunSpec, shard: int) -> dict:
@@ -124,6 +131,8 @@ def merge_shards(output: Path, specs: list[RunSpec], configs: dict, shards: int,
                 continue
             check_run_dir(directory, expected)  # a shard of another grid, or another split, is never merged
             records = read_log(directory / LOG) if (directory / LOG).exists() else []
+            if check is not None:
+                check(spec, i, records, directory)
             if len(records) < expected["lines"]:
                 missing.add(i)
             blocks[spec, i] = records[:expected["lines"]]

@@ -93,8 +93,12 @@ def check_run_dir(directory: Path, config: dict) -> None:
                            f"with new ones: choose another --output, or delete that run directory")
     done = len(read_log(log, repair=False)) if log.exists() else 0
     if done > config["lines"]:
-        raise SimulmtError(f"{directory} already holds {done} finished sentences, more than the {config['lines']} "
-                           f"asked for now; use --lines {done} or more, or another --output")
+        what = "talks" if "docids" in config else "sentences"
+        advice = ("a shard of another split: use the same --lines and shards, or another --output" if "shard" in config
+                  else f"use --lines {done} or more, or another --output" if what == "sentences"
+                  else "use the --lines that wrote it, or another --output")
+        raise SimulmtError(f"{directory} already holds {done} finished {what}, more than the {config['lines']} "
+                           f"asked for now; {advice}")
 
 
 def read_log(path: Path, repair: bool = False, err: TextIO | None = None) -> list[dict]:

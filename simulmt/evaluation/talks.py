@@ -79,9 +79,19 @@ def talk_shard_bounds(talks: list[TalkLines], test_set: TestSet, shard: int, sha
     holds its middle word. A shard may get no talk (one talk longer than the others together)."""
     words = [sum(len(line.split()) for line in test_set.sources[t.start:t.end]) for t in talks]
     total = max(1, sum(words))
-    owner = [min(shards, int((before + w / 2) * shards // total) + 1)
+    owner = [min(shards, (2 * before + w) * shards // (2 * total) + 1)  # (the middle word's share, in integers)
              for before, w in zip(accumulate(words, initial=0), words)]
     return sum(o < shard for o in owner), sum(o <= shard for o in owner)
+
+
+def check_talk_records(records: list[dict], talks: list[TalkLines], directory: Path) -> None:
+    """The talks a log holds are the first of ``talks``, whole: same names, same number of lines (another --lines
+    may cut the last talk elsewhere, and a run's talks are never mixed with other cuts of them)."""
+    for record, talk in zip(records, talks):
+        if record["source"] != talk.name or len(record["line_words"]) != talk.end - talk.start:
+            raise SimulmtError(f"{directory}: talk {record['source']!r} was logged with {len(record['line_words'])} "
+                               f"lines, and the test set now gives talk {talk.name!r} {talk.end - talk.start} (another "
+                               f"--lines cuts the talks elsewhere): choose another --output, or delete that run")
 
 
 def talk_shard_config(config: dict, talks: list[TalkLines], test_set: TestSet, shard: int, shards: int) -> dict:
@@ -120,6 +130,7 @@ def translate_talk_run(translator: "Translator", spec: RunSpec, test_set: TestSe
         (directory / SIMULEVAL_CONFIG).write_text("source_type: text\ntarget_type: text\n", encoding="utf-8")
         log = directory / LOG
         records = read_log(log, repair=True, err=err) if log.exists() else []
+        check_talk_records(records, talks, directory)
         # progress in source words, as each sentence of any talk in the batch is done (a talk's lines are logged
         # only when the talk is: with many talks batched, the first may take most of the run)
         words = list(accumulate((sum(len(line.split()) for line in test_set.sources[t.start:t.end]) for t in talks),
@@ -240,5 +251,5 @@ def write_longform_inputs(folder: Path, records: list[dict], ms: float, resegmen
         "        --log-file simulstream.jsonl --reference references.txt --audio-definition segmentation.yaml"])
 
 
-__all__ = ["LONGFORM", "TalkLines", "read_talks", "score_talk_run", "talk_config", "talk_record", "talk_shard_bounds",
-           "talk_shard_config", "translate_talk_run", "write_longform_inputs"]
+__all__ = ["LONGFORM", "TalkLines", "check_talk_records", "read_talks", "score_talk_run", "talk_config", "talk_record",
+           "talk_shard_bounds", "talk_shard_config", "translate_talk_run", "write_longform_inputs"]
