@@ -23,9 +23,9 @@
 
 Sharded (``--shard I/N``, or the rank under torchrun / accelerate launch): shard I translates its block of every
 run's sentences (with ``--docids``, of its whole talks, balanced by source words) into ``DIR/shards/I-of-N/<run>/``
-(resumable like any run); the shard that finds all N finished merges them into ``DIR/<run>/``, which is then what one process writes (the same ``instances.log`` lines in the same
-order, timings aside; the same scores and signatures), and writes the grid's reports. Rerunning any shard's command
-merges again.
+(resumable like any run); the shard that finds all N finished merges them into ``DIR/<run>/``, which is then what
+one process writes (the same ``instances.log`` lines in the same order, timings aside; the same scores and
+signatures), and writes the grid's reports. Rerunning any shard's command merges again.
 
 Python: ``evaluate(translator, EvaluateOptions(...)) -> list[RunResult]``; ``score_path(path)`` rescores (both in
 ``simulmt.evaluation.grid``; import each name from the file that defines it).
