@@ -53,7 +53,8 @@ def speak(voice: str, text: str, path: Path) -> None:
         else:
             raise SystemExit(f"unknown synthesiser {engine!r}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(path)], check=True)
+        # (-D -R: no random dither, the same file every run)
+        subprocess.run(["sox", "-D", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(path)], check=True)
 
 
 def words_of(text: str) -> list[str]:
