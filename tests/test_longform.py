@@ -168,20 +168,14 @@ def test_docids_errors(tmp_path):
     assert [(t.name, t.start, t.end) for t in talks] == [("x", 0, 2), ("y", 2, 3)]
 
 
-def test_talk_shards_are_whole_talks_balanced_by_source_words():
+def test_talk_shards_are_whole_talks_balanced_by_source_words(tmp_path):
+    from simulmt.evaluation.talks import talk_shard_bounds
     from simulmt.evaluation.testset import TestSet
 
     lines = [" ".join(["w"] * n) for n in (10, 10, 30, 5, 5, 5, 40, 1, 1, 2)]
-    ids = ["a", "a", "b", "c", "c", "c", "d", "e", "f", "f"]
-    talks: list = []
-    for i, name in enumerate(ids):
-        if talks and talks[-1][0] == name:
-            talks[-1][2] = i + 1
-        else:
-            talks.append([name, i, i + 1])
-    from simulmt.evaluation.talks import TalkLines, talk_shard_bounds
-
-    talks = [TalkLines(*t) for t in talks]  # words per talk: a 20, b 30, c 15, d 40, e 1, f 3 (109)
+    ids = tmp_path / "ids"
+    ids.write_text("a\na\nb\nc\nc\nc\nd\ne\nf\nf\n")
+    talks, _, _ = read_talks(ids, len(lines))  # words per talk: a 20, b 30, c 15, d 40, e 1, f 3 (109)
     test_set = TestSet(sources=lines, references=lines, source_path=Path("s"), reference_path=Path("r"),
                        source_sha256="", reference_sha256="")
     for shards in range(1, 8):

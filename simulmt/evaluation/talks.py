@@ -73,11 +73,16 @@ def talk_config(config: dict, options: "EvaluateOptions", talks: list[TalkLines]
             "talk_max_words": DEFAULT_MAX_WORDS}
 
 
+def talk_words(talks: list[TalkLines], test_set: TestSet) -> list[int]:
+    """Source words per talk (what shards balance and the progress bar counts)."""
+    return [sum(len(line.split()) for line in test_set.sources[t.start:t.end]) for t in talks]
+
+
 def talk_shard_bounds(talks: list[TalkLines], test_set: TestSet, shard: int, shards: int) -> tuple[int, int]:
     """Talks [start, end) of shard ``shard`` (1..N) of a long-form run: contiguous blocks of whole talks (a talk
     is one stream, never cut), balanced by source words: a talk goes to the shard whose share of the run's words
     holds its middle word. A shard may get no talk (one talk longer than the others together)."""
-    words = [sum(len(line.split()) for line in test_set.sources[t.start:t.end]) for t in talks]
+    words = talk_words(talks, test_set)
     total = max(1, sum(words))
     owner = [min(shards, (2 * before + w) * shards // (2 * total) + 1)  # (the middle word's share, in integers)
              for before, w in zip(accumulate(words, initial=0), words)]
@@ -133,8 +138,7 @@ def translate_talk_run(translator: "Translator", spec: RunSpec, test_set: TestSe
         check_talk_records(records, talks, directory)
         # progress in source words, as each sentence of any talk in the batch is done (a talk's lines are logged
         # only when the talk is: with many talks batched, the first may take most of the run)
-        words = list(accumulate((sum(len(line.split()) for line in test_set.sources[t.start:t.end]) for t in talks),
-                                initial=0))
+        words = list(accumulate(talk_words(talks, test_set), initial=0))
         bar = None
         if progress:
             from tqdm import tqdm
@@ -252,4 +256,4 @@ def write_longform_inputs(folder: Path, records: list[dict], ms: float, resegmen
 
 
 __all__ = ["LONGFORM", "TalkLines", "check_talk_records", "read_talks", "score_talk_run", "talk_config", "talk_record",
-           "talk_shard_bounds", "talk_shard_config", "translate_talk_run", "write_longform_inputs"]
+           "talk_shard_bounds", "talk_shard_config", "talk_words", "translate_talk_run", "write_longform_inputs"]
