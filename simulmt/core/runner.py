@@ -210,10 +210,11 @@ class ModelRunner:
     def embed(self, ids: torch.Tensor, embedded: torch.Tensor | None = None) -> torch.Tensor:
         """Input embeddings of ``ids`` (any shape); ids < 0 take the rows of ``embedded`` in order (speech frames:
         they enter the model as they are, after the model's own embedding scale, e.g. Gemma's sqrt(d))."""
-        ids = ids.to(self.device)
-        out = self.model.get_input_embeddings()(ids.clamp(min=0))
         own = ids < 0
-        if bool(own.any()):
+        has_own = bool(own.any())  # (asked before the copy: on a GPU the answer would wait for the device)
+        ids, own = ids.to(self.device, non_blocking=True), own.to(self.device, non_blocking=True)
+        out = self.model.get_input_embeddings()(ids.clamp(min=0))
+        if has_own:
             if embedded is None or embedded.shape[0] != int(own.sum()):
                 raise SimulmtError(f"{int(own.sum())} embedded tokens but "
                                    f"{0 if embedded is None else embedded.shape[0]} embeddings given")
@@ -264,7 +265,7 @@ class ModelRunner:
             def call():
                 return self.decoder(**tokens, position_ids=q.positions[:, None].to(self.device), attention_mask=masks,
                                     use_cache=True, **{self.decoder_cache_arg: cache})
-            rows = q.last.to(self.device)
+            rows = q.last.to(self.device, non_blocking=True)
             if layer is not None:
                 part = layer_split.run_to(self.layers, layer, call)
                 with torch.inference_mode(False), torch.no_grad():
@@ -280,7 +281,8 @@ class ModelRunner:
             if feats is None and (wants.features or decisions is not None):
                 feats = hidden.float()
             head_rows = decisions.head_rows(feats) if decisions is not None else wants.head_rows
-            heads = hidden if head_rows is None else hidden.index_select(0, head_rows.nonzero()[:, 0].to(self.device))
+            heads = hidden if head_rows is None else hidden.index_select(
+                0, head_rows.nonzero()[:, 0].to(self.device, non_blocking=True))
             logits = self.head(heads)
             if self.softcap:
                 logits = torch.tanh(logits / self.softcap) * self.softcap

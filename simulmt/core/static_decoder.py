@@ -104,6 +104,8 @@ class StaticDecoder:
         embedded, distances = queries.embedded, queries.distances
         n = visible.shape[0]
         rows, keys = bucket(n), cache.capacity
+        # (copied before the replay, without waiting: on a GPU the host then launches the LM head while it runs)
+        last = last.to(cache.keys[0].device, non_blocking=True)
         with self._lock:
             b = self._buckets(cache.generation).get((rows, keys)) or self._new_bucket(cache.generation, rows, keys)
             self.served += 1
@@ -125,7 +127,7 @@ class StaticDecoder:
                     out = b.out
             finally:
                 cache.unbind()
-            return out[:n, 0].index_select(0, last.to(out.device))  # (a copy: the next replay overwrites ``out``)
+            return out[:n, 0].index_select(0, last)  # (a copy: the next replay overwrites ``out``)
 
     # ---- stores ------------------------------------------------------------------------------------------------
     def give(self, keys: list, values: list, meta: dict) -> None:
