@@ -1,0 +1,311 @@
+"""Where a GPU forward's time goes: the engine at N streams on a random model of a real shape, parts timed.
+
+On a GPU the engine reaches 0.12-0.16x of the one-graph ceiling at 64 streams (engine-speed.md, "Where a round goes").
+This run splits a round's wall time into its parts, so a change can be aimed at the largest:
+
+    round        one ``Engine.step``: the streams' steps, the forward, the answers
+    forward      ``ModelRunner.forward_packed`` as the host sees it (no synchronisation added)
+    fill         ``StaticDecoder._fill``: the padded inputs, masks and indices copied into a graph's buffers
+    replay       ``CUDAGraph.replay`` (the launch; the GPU runs it after)
+    head         the LM head and the float copy of its logits (launches)
+    to host      every device-to-host copy in the round (``Tensor.tolist``/``item``/``cpu``): where the host waits
+                 for the GPU to finish the round's work
+    gpu          the GPU's time for the forward (CUDA events around ``forward_packed``)
+
+then a cProfile of one run (top functions by own time) and the torch profiler's counts of CUDA API calls per
+forward (kernel launches, copies, synchronisations). Random weights (they cannot travel; a forward's cost depends
+on shapes only) write to the length bounds: only per-token and per-forward figures mean anything.
+
+    python benchmarks/gpu_host_profile.py ASSETS [--shapes gemma-3-270m,gemma-3-4b] [--streams 16,64] [--waves 2]
+                                          [--profile 64] [--ceiling-rows 128,256] [--out DIR]
+
+ASSETS: as benchmarks/gpu_check.sh's (config and tokenizer of the converted gemma-3-270m, src.en). On a CPU the
+same run works on the ``tiny`` shape (a dry run: no events, no graphs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import json
+import lzma
+import pstats
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+SHAPES = {
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=32),
+    "gemma-3-270m": {},
+    "gemma-3-4b": dict(hidden_size=2560, intermediate_size=10240, num_hidden_layers=34, num_attention_heads=8,
+                       num_key_value_heads=4, head_dim=256),
+    "gemma-3-12b": dict(hidden_size=3840, intermediate_size=15360, num_hidden_layers=48, num_attention_heads=16,
+                        num_key_value_heads=8, head_dim=256),
+}
+CUDA = torch.cuda.is_available()
+
+
+def sync() -> None:
+    if CUDA:
+        torch.cuda.synchronize()
+
+
+class Clock:
+    """Wall-time accumulators for wrapped callables (no synchronisation added)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._undo: list = []
+
+    def wrap(self, owner, name: str, label: str) -> None:
+        inner = getattr(owner, name)
+        seconds, calls = self.seconds, self.calls
+
+        def timed(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return inner(*a, **kw)
+            finally:
+                seconds[label] += time.perf_counter() - t
+                calls[label] += 1
+        setattr(owner, name, timed)
+        self._undo.append((owner, name, inner))
+
+    def undo(self) -> None:
+        for owner, name, inner in reversed(self._undo):
+            setattr(owner, name, inner)
+        self._undo.clear()
+
+
+def build(tok_dir: Path, shape: str):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from simulmt.core.fused_layers import fuse_for_inference
+
+    cfg = AutoConfig.from_pretrained(tok_dir)
+    for k, v in SHAPES[shape].items():
+        setattr(cfg, k, v)
+    n = cfg.num_hidden_layers
+    cfg.layer_types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]
+    torch.manual_seed(0)
+    with torch.device("cuda" if CUDA else "cpu"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16 if CUDA else torch.float32).eval()
+    fuse_for_inference(model)
+    return model
+
+
+def run_once(tr, sents, streams: int, kwargs: dict):
+    from simulmt.bench.throughput import pushed_streams
+    from simulmt.core.engine import Engine, run_batched
+
+    made = pushed_streams(tr, sents, kwargs)
+    engine = Engine(tr.runner)
+    sync()
+    t = time.perf_counter()
+    run_batched(made, engine, streams)
+    sync()
+    sec = time.perf_counter() - t
+    stats = engine.stats
+    del engine  # its cache's store goes back to the static decoder for the next engine (graphs recorded on it)
+    gc.collect()
+    return made, stats, sec
+
+
+def parts(tr, sents, streams: int, kwargs: dict) -> dict:
+    """One run with the parts timed (see the module's docstring)."""
+    from simulmt.core.engine import Engine
+    from simulmt.core.static_decoder import StaticDecoder
+
+    runner, clock = tr.runner, Clock()
+    gpu_ms: list = []
+    inner = runner.forward_packed
+
+    def forward(*a, **kw):
+        if not CUDA:
+            return inner(*a, **kw)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = inner(*a, **kw)
+        end.record()
+        queries, cache = a[0], a[1]
+        gpu_ms.append((start, end, len(queries.ids), cache.capacity, cache.slot_count))
+        return out
+    runner.forward_packed = forward
+    clock.wrap(runner, "forward_packed", "forward")
+    clock.wrap(Engine, "step", "round")
+    clock.wrap(StaticDecoder, "_fill", "fill")
+    if CUDA:
+        clock.wrap(torch.cuda.CUDAGraph, "replay", "replay")
+    clock.wrap(runner, "head", "head")
+    for name in ("tolist", "item", "cpu"):
+        clock.wrap(torch.Tensor, name, "to host")
+    recorded = runner.static.recorded if runner.static is not None else 0
+    try:
+        made, stats, sec = run_once(tr, sents, streams, kwargs)
+    finally:
+        clock.undo()
+        runner.forward_packed = inner
+    forwards = stats.forwards
+    row = {label: round(s * 1000 / forwards, 3) for label, s in clock.seconds.items()}
+    row["graphs recorded"] = (runner.static.recorded if runner.static is not None else 0) - recorded
+    row["to host calls/forward"] = round(clock.calls["to host"] / forwards, 1)
+    if gpu_ms:
+        row["gpu"] = round(sum(a.elapsed_time(b) for a, b, *_ in gpu_ms) / forwards, 3)
+        shapes = defaultdict(list)  # (queries' bucket, keys, store slots) -> GPU ms of each forward
+        from simulmt.core.static_decoder import bucket
+        for a, b, n, keys, slots in gpu_ms:
+            shapes[(bucket(n), keys, slots)].append(a.elapsed_time(b))
+        row["by shape"] = {f"{r}x{k} ({s} slots)": f"{len(v)} x {sum(v) / len(v):.2f} ms"
+                           for (r, k, s), v in sorted(shapes.items())}
+    row["wall"] = round(sec * 1000 / forwards, 3)
+    return row
+
+
+def profiled(tr, sents, streams: int, kwargs: dict, top: int) -> str:
+    out = io.StringIO()
+    prof = cProfile.Profile()
+    prof.enable()
+    _, stats, sec = run_once(tr, sents, streams, kwargs)
+    prof.disable()
+    print(f"cProfile: {stats.forwards} forwards in {sec:.2f} s (profiled)", file=out)
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumtime").print_stats(top)
+    return out.getvalue()
+
+
+def api_counts(tr, sents, streams: int, kwargs: dict) -> str:
+    """The torch profiler over one run: CUDA API calls and the costliest host ops, per forward."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if CUDA else [])
+    with profile(activities=acts) as prof:
+        _, stats, _ = run_once(tr, sents, streams, kwargs)
+    forwards = stats.forwards
+    lines = [f"torch profiler: {forwards} forwards; calls per forward and host ms per forward (inflated)"]
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    for e in rows[:30]:
+        ms = e.self_cpu_time_total / 1000 / forwards
+        lines.append(f"  {e.key[:60]:60s} {e.count / forwards:9.1f} calls {ms:8.3f} ms")
+    if CUDA:
+        lines.append("GPU kernels, by device time: calls per forward, ms per forward")
+        for e in sorted(prof.key_averages(), key=lambda e: -e.self_device_time_total)[:25]:
+            ms = e.self_device_time_total / 1000 / forwards
+            lines.append(f"  {e.key[:90]:90s} {e.count / forwards:7.1f} {ms:8.3f}")
+    for name in ("cudaLaunchKernel", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaStreamSynchronize",
+                 "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent"):
+        hit = [e for e in rows if e.key == name]
+        if hit:
+            lines.append(f"  {name}: {hit[0].count / forwards:.1f} per forward")
+    return "\n".join(lines)
+
+
+def ceiling_ms(model, rows: int, steps: int = 20) -> float:
+    """Decoder + LM head on ``rows`` rows x 1 token, as one replayed CUDA graph (no cache)."""
+    if not CUDA:
+        return float("nan")
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    ids = torch.randint(100, 20000, (rows, 1), device="cuda")
+    pos = torch.full((rows, 1), 40, device="cuda")
+
+    def fwd():
+        return head(decoder(input_ids=ids, position_ids=pos, use_cache=False).last_hidden_state[:, -1])
+
+    with torch.no_grad():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fwd()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fwd()
+        for _ in range(3):
+            g.replay()
+        sync()
+        t = time.perf_counter()
+        for _ in range(steps):
+            g.replay()
+        sync()
+    return (time.perf_counter() - t) * 1000 / steps
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("assets")
+    p.add_argument("--shapes", default="gemma-3-270m,gemma-3-4b")
+    p.add_argument("--streams", default="16,64")
+    p.add_argument("--waves", type=int, default=2, help="sentences = this x streams (the tail, when streams "
+                   "finish and no sentence is left, weighs less the more waves)")
+    p.add_argument("--profile", default="64", help="stream counts to profile (cProfile, torch profiler); '' none")
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--warm", type=int, default=2, help="untimed runs first (graphs recorded, the store grown)")
+    p.add_argument("--ceiling-rows", default="", help="also the ceiling at these row counts (e.g. 128,256)")
+    p.add_argument("--out", default=None, help="folder for the full profiles")
+    a = p.parse_args()
+    a.ceiling_rows = [int(r) for r in a.ceiling_rows.split(",") if r]
+    from transformers import AutoTokenizer
+
+    from simulmt.translator import Translator
+
+    assets, out = Path(a.assets), Path(a.out) if a.out else None
+    tok_dir = Path("/tmp/gemma-tok")
+    tok_dir.mkdir(exist_ok=True)
+    for n in ("config.json", "tokenizer_config.json", "generation_config.json"):
+        if (assets / n).is_file():
+            shutil.copy(assets / n, tok_dir / n)
+    (tok_dir / "tokenizer.json").write_bytes(lzma.decompress((assets / "tokenizer.json.xz").read_bytes()))
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    lines = [line.strip() for line in open(assets / "src.en") if line.strip()]
+    kwargs = dict(layout="expost", policy="wait-k", k=3)
+    profile_at = {int(s) for s in a.profile.split(",") if s}
+    table = []
+    for shape in a.shapes.split(","):
+        t = time.perf_counter()
+        model = build(tok_dir, shape)
+        print(f"\n== {shape}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B params, built in "
+              f"{time.perf_counter() - t:.1f} s", flush=True)
+        tr = Translator(model, tokenizer, source_lang="en", target_lang="de")
+        for streams in (int(s) for s in a.streams.split(",")):
+            sents = (lines * a.waves)[: a.waves * streams]  # each stream translates ``waves`` sentences
+            for _ in range(a.warm):  # records the graphs (and grows the store to the capacity the run needs)
+                run_once(tr, sents, streams, kwargs)
+            made, stats, sec = run_once(tr, sents, streams, kwargs)
+            toks = sum(len(s.target_tokens) for s in made)
+            row = dict(shape=shape, streams=streams, tok_s=round(toks / sec, 1), forwards=stats.forwards,
+                       tokens=toks, tokens_per_forward=round(toks / stats.forwards, 1),
+                       queries_per_forward=round(stats.tokens / stats.forwards, 1),
+                       ceiling_ms=round(ceiling_ms(model, streams), 3),
+                       ceiling_ms_rows={r: round(ceiling_ms(model, r), 3) for r in a.ceiling_rows})
+            row.update(parts(tr, sents, streams, kwargs))
+            print(json.dumps(row), flush=True)
+            table.append(row)
+            if streams in profile_at:
+                text = profiled(tr, sents, streams, kwargs, a.top) + "\n" + api_counts(tr, sents, streams, kwargs)
+                if out:
+                    out.mkdir(parents=True, exist_ok=True)
+                    (out / f"profile-{shape}-{streams}.txt").write_text(text)
+                own = text.split("Ordered by: cumulative")[0].splitlines()
+                print("\n".join(line[:150] for line in own if line.strip()), flush=True)  # by own time
+                print(text.split("torch profiler")[1][:6000], flush=True)
+        del tr, model
+        if CUDA:
+            torch.cuda.empty_cache()
+    keys = ["shape", "streams", "tok_s", "wall", "round", "forward", "fill", "replay", "head", "to host",
+            "to host calls/forward", "gpu", "ceiling_ms", "graphs recorded", "tokens_per_forward",
+            "queries_per_forward"]
+    print("\n" + " | ".join(keys))
+    for r in table:
+        print(" | ".join(str(r.get(k, "-")) for k in keys))
+
+
+if __name__ == "__main__":
+    main()
