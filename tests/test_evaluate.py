@@ -389,3 +389,29 @@ def test_early_end_rates_golden():
     assert again["early_ends_per_word_new_slot"] == pytest.approx(3 / 2)
     assert again["early_end_places_per_word_new_slot"] == pytest.approx(1 / 2)
     assert again["early_end_places_per_word_first_slot"] == pytest.approx(1 / 2)
+
+
+def test_score_prefix_scores_a_runs_first_lines_as_evaluate_does(tmp_path, data, translator, loads, capsys):
+    """benchmarks/score_prefix.py: the first N sentences of a run, plain or gzipped log, scored as evaluate scores
+    a run of N lines; fewer sentences than N is an error."""
+    import gzip
+
+    from helpers import load_benchmark
+
+    prefix = load_benchmark("score_prefix")
+    assert cli.main(_args(data, tmp_path / "all", "--layouts", "expost", "--ks", "1", "--no-offline")) == 0
+    assert cli.main(_args(data, tmp_path / "two", "--layouts", "expost", "--ks", "1", "--no-offline",
+                          "--lines", "2")) == 0
+    run, short = tmp_path / "all" / "expost-slot16.wait-1", tmp_path / "two" / "expost-slot16.wait-1"
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    (packed / "instances.log.gz").write_bytes(gzip.compress((run / "instances.log").read_bytes()))
+    capsys.readouterr()
+    assert prefix.main(["--lines", "2", str(run), str(packed)]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    expected = json.loads((short / "scores.json").read_text())
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1:4] == [f"{expected[m]:.4g}" for m in ("BLEU", "chrF", "LAAL")]
+    with pytest.raises(SystemExit, match="fewer than 99"):
+        prefix.main(["--lines", "99", str(run)])

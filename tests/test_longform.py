@@ -235,6 +235,22 @@ def test_news_headlines_start_documents():
     assert document_ids(["No headline first.", "Then one", "And its text."]) == ["doc0", "doc1", "doc1"]
 
 
+def test_joined_pairs_stay_inside_an_article_and_under_the_length():
+    """benchmarks/joined_pairs.py: consecutive pairs of one article joined; a group that would cross into the next
+    article, or that is too long, is skipped one line at a time."""
+    from helpers import load_benchmark
+
+    joined = load_benchmark("joined_pairs").joined
+    sources = ["Headline one", "A b.", "C d.", "E f.", "Headline two", "G h.", "I j k l m n.", "O p."]
+    targets = [s.upper() for s in sources]
+    docs = ["d0"] * 4 + ["d1"] * 4
+    pairs = joined(sources, targets, docs, 1, 10, 2, 4)
+    # "E f." + "Headline two" crosses articles and "I j k l m n." + "O p." is too long: both skipped
+    assert pairs == [("A b. C d.", "A B. C D."), ("Headline two G h.", "HEADLINE TWO G H.")]
+    assert joined(sources, targets, docs, 1, 1, 2, 4) == pairs[:1]  # at most ``count``
+    assert joined(sources, targets, docs, 0, 10, 3, 100)[0] == ("Headline one A b. C d.", "HEADLINE ONE A B. C D.")
+
+
 def test_a_talk_run_shows_progress_in_source_words_as_sentences_finish(tmp_path, data, translator):
     """With talks batched, a talk's lines are logged only when the whole talk is done; the progress bar counts the
     source words of every finished sentence of any talk instead, and ends at the test set's word count."""
