@@ -212,9 +212,10 @@ class ModelRunner:
         they enter the model as they are, after the model's own embedding scale, e.g. Gemma's sqrt(d))."""
         own = ids < 0
         has_own = bool(own.any())  # (asked before the copy: on a GPU the answer would wait for the device)
-        ids, own = ids.to(self.device, non_blocking=True), own.to(self.device, non_blocking=True)
+        ids = ids.to(self.device, non_blocking=True)
         out = self.model.get_input_embeddings()(ids.clamp(min=0))
         if has_own:
+            own = own.to(self.device, non_blocking=True)
             if embedded is None or embedded.shape[0] != int(own.sum()):
                 raise SimulmtError(f"{int(own.sum())} embedded tokens but "
                                    f"{0 if embedded is None else embedded.shape[0]} embeddings given")
