@@ -297,6 +297,7 @@ def main() -> None:
                 print("\n".join(line[:150] for line in own if line.strip()), flush=True)  # by own time
                 print(text.split("torch profiler")[1][:6000], flush=True)
         del tr, model
+        gc.collect()  # (the runner and its static decoder refer to each other)
         if CUDA:
             torch.cuda.empty_cache()
     keys = ["shape", "streams", "tok_s", "wall", "round", "forward", "fill", "replay", "head", "to host",

@@ -181,22 +181,28 @@ def test_streams_mode_reports_throughput_latency_and_memory_per_stream_count(mon
 
 @pytest.mark.parametrize("replays", [False, True])
 def test_streams_mode_times_no_graph_recording(monkeypatch, replays):
-    """On a runner that replays CUDA graphs each stream count runs once untimed first (its graphs are recorded
-    then); elsewhere every count runs once."""
+    """On a runner that replays CUDA graphs each stream count runs untimed until a run records no graph, then
+    timed; elsewhere every count runs once."""
     from types import SimpleNamespace
 
     from simulmt.bench import throughput
 
     tr = tiny_translator("llama")
+    static = SimpleNamespace(graphs=True, recorded=0)
     if replays:
-        monkeypatch.setattr(tr.runner, "static", SimpleNamespace(graphs=True))
+        monkeypatch.setattr(tr.runner, "static", static)
     monkeypatch.setattr(tr, "translate_many", lambda *a, **kw: None)
     runs = []
-    monkeypatch.setattr(throughput, "measure", lambda translator, sentences, count, kwargs: runs.append(count)
-                        or throughput.StreamsPoint(streams=count, sentences=1, seconds=1.0, target_tokens=1,
-                                                   target_words=1, forwards=1, ms_per_word_p50=1.0,
-                                                   ms_per_word_p95=1.0, cache_peak_mb=1.0, tokens_computed=1,
-                                                   logit_rows=1))
+
+    def measure(translator, sentences, count, kwargs):
+        runs.append(count)
+        if len(runs) <= 2:  # the first two runs record graphs (the store grew in the first), then none
+            static.recorded += 1
+        return throughput.StreamsPoint(streams=count, sentences=1, seconds=1.0, target_tokens=1, target_words=1,
+                                       forwards=1, ms_per_word_p50=1.0, ms_per_word_p95=1.0, cache_peak_mb=1.0,
+                                       tokens_computed=1, logit_rows=1)
+    monkeypatch.setattr(throughput, "measure", measure)
     points = throughput.measure_all(tr, SENTENCES[:2], [1, 4], {}, plain=False)
     assert [p.streams for p in points] == [1, 4]
-    assert runs == ([1, 1, 4, 4] if replays else [1, 4])
+    # with graphs: untimed runs until one records nothing, then the timed one (at most three untimed)
+    assert runs == ([1, 1, 1, 1, 4, 4] if replays else [1, 4])
