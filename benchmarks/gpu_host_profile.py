@@ -7,10 +7,10 @@ This run splits a round's wall time into its parts, so a change can be aimed at 
     forward      ``ModelRunner.forward_packed`` as the host sees it (no synchronisation added)
     fill         ``StaticDecoder._fill``: the padded inputs, masks and indices copied into a graph's buffers
     replay       ``CUDAGraph.replay`` (the launch; the GPU runs it after)
-    head         the LM head and the float copy of its logits (launches)
-    to host      every device-to-host copy in the round (``Tensor.tolist``/``item``/``cpu``): where the host waits
-                 for the GPU to finish the round's work
-    gpu          the GPU's time for the forward (CUDA events around ``forward_packed``)
+    head         the LM head's call (launches; the softcap and the float copy of its logits are not in it)
+    to host      ``Tensor.tolist``/``item``/``cpu`` calls in the round (CPU tensors' too; ``bool()``/``int()`` of a
+                 device tensor not counted): where the host waits for the GPU to finish the round's work
+    gpu          CUDA events around ``forward_packed``: the GPU's span for the forward, idle gaps included
 
 then a cProfile of one run (top functions by own time) and the torch profiler's counts of CUDA API calls per
 forward (kernel launches, copies, synchronisations). Random weights (they cannot travel; a forward's cost depends
