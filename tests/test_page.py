@@ -35,12 +35,22 @@ def browser(extra: tuple[str, ...] = ()):
     return webdriver.Chrome(service=Service(DRIVER), options=options)
 
 
+def open_page(driver, url: str, seconds: float = 60) -> None:
+    """Load the caption page and wait until it is the page (a busy CI machine once gave back an empty title: the
+    navigation had not committed when ``get`` returned); the failure shows what the browser has instead."""
+    driver.get(url)
+    try:
+        WebDriverWait(driver, seconds).until(lambda d: "simulmt live captions" in d.title)
+    except Exception as error:
+        raise AssertionError(f"the page did not load: url {driver.current_url!r}, title {driver.title!r}, "
+                             f"source {driver.page_source[:500]!r}") from error
+
+
 def test_typing_on_the_page_shows_translated_words(tmp_path):
     with running() as (address, hub):
         driver = browser()
         try:
-            driver.get(f"http://{address}/")
-            assert "simulmt live captions" in driver.title
+            open_page(driver, f"http://{address}/")
             driver.find_element(By.ID, "input").send_keys("The weather is nice today and the children play ")
             words = WebDriverWait(driver, 60).until(
                 lambda d: d.find_elements(By.CSS_SELECTOR, "#target .word") or False)
@@ -89,7 +99,7 @@ def test_the_microphone_button_streams_audio_and_shows_what_was_heard_and_transl
     with running(asr=LoudnessWhisper(), max_frame_bytes=65536) as (address, hub):
         driver = browser(flags)
         try:
-            driver.get(f"http://{address}/")
+            open_page(driver, f"http://{address}/")
             driver.find_element(By.ID, "mic").click()
             WebDriverWait(driver, 60).until(lambda d: "hello" in d.find_element(By.ID, "heard").text)
             words = WebDriverWait(driver, 60).until(
