@@ -10,8 +10,16 @@ that span several slots.
     # -> /work/runs/joined/news.en, news.de (line-aligned)
 
 Pairs are taken in order from line ``--start``: a group of ``--join`` consecutive lines of one article whose source
-has at most ``--max-words`` words becomes one pair; a group that crosses an article or is too long is skipped
-(its first line is dropped and the next group starts at the line after it).
+has at most ``--max-words`` words, and whose every line but the last ends a sentence on both sides (so a headline
+never starts a group), becomes one pair; a group that fails is skipped (its first line is dropped and the next group
+starts at the line after it).
+
+``--stride S`` samples instead: a group starts at lines ``--start``, ``--start + S``, ... (``--count`` of them); one
+that fails is left out, or with ``--keep-single`` kept as its first line alone. Stage 2's news lines with every
+third of them joined to the next line of its article (issue 42):
+
+    python benchmarks/joined_pairs.py ../shared/data/wmt-news/train.en-de --start 13 --stride 42 --count 700 \
+        --join 2 --keep-single --output /work/runs/stage2j/joined
 """
 
 from __future__ import annotations
@@ -26,20 +34,58 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from news_docids import document_ids  # noqa: E402
 
 
+CLOSERS = "\"'“”’»)"
+
+
+def ends_sentence(text: str) -> bool:
+    """The line ends with . ! or ? (before any closing quotes or brackets)."""
+    return text.rstrip().rstrip(CLOSERS).endswith((".", "!", "?"))
+
+
+def group_pair(sources: list[str], targets: list[str], docs: list[str], i: int, join: int,
+               max_words: int) -> tuple[str, str] | None:
+    """Lines ``i .. i + join - 1`` as one pair, or None where they cross a document, are too long, hold an empty
+    line, or a line before the last does not end a sentence on both sides."""
+    group = range(i, i + join)
+    if i + join > len(sources) or len({docs[j] for j in group}) != 1:
+        return None
+    if not all(sources[j].strip() and targets[j].strip() for j in group):
+        return None
+    if not all(ends_sentence(sources[j]) and ends_sentence(targets[j]) for j in group[:-1]):
+        return None
+    source = " ".join(sources[j].strip() for j in group)
+    if len(source.split()) > max_words:
+        return None
+    return source, " ".join(targets[j].strip() for j in group)
+
+
 def joined(sources: list[str], targets: list[str], docs: list[str], start: int, count: int, join: int,
            max_words: int) -> list[tuple[str, str]]:
     """Up to ``count`` pairs of ``join`` consecutive lines of one document, in order from ``start``."""
     out, i = [], start
     while len(out) < count and i + join <= len(sources):
-        group = range(i, i + join)
-        source = " ".join(sources[j].strip() for j in group)
-        if len({docs[j] for j in group}) == 1 and len(source.split()) <= max_words \
-                and all(sources[j].strip() and targets[j].strip() for j in group):
-            out.append((source, " ".join(targets[j].strip() for j in group)))
+        pair = group_pair(sources, targets, docs, i, join, max_words)
+        if pair:
+            out.append(pair)
             i += join
         else:
             i += 1
     return out
+
+
+def strided(sources: list[str], targets: list[str], docs: list[str], start: int, stride: int, count: int, join: int,
+            max_words: int, keep_single: bool) -> tuple[list[tuple[str, str]], int]:
+    """A group at each of lines ``start, start + stride, ...`` (``count`` of them, while the corpus lasts); a group
+    that fails is left out or, with ``keep_single``, kept as its first line alone. Also: how many were joined."""
+    out, groups = [], 0
+    for i in range(start, min(len(sources), start + stride * count), stride):
+        pair = group_pair(sources, targets, docs, i, join, max_words)
+        if pair:
+            out.append(pair)
+            groups += 1
+        elif keep_single and sources[i].strip() and targets[i].strip():
+            out.append((sources[i].strip(), targets[i].strip()))
+    return out, groups
 
 
 def main() -> int:
@@ -50,6 +96,8 @@ def main() -> int:
     p.add_argument("--count", type=int, default=1000)
     p.add_argument("--join", type=int, default=2)
     p.add_argument("--max-words", type=int, default=70)
+    p.add_argument("--stride", type=int, default=0, help="a group at every S-th line from --start (0: scan)")
+    p.add_argument("--keep-single", action="store_true", help="with --stride: a group that fails stays one line")
     p.add_argument("--output", required=True, help="output prefix: OUTPUT.<src>, OUTPUT.<tgt>")
     a = p.parse_args()
     src, tgt = a.langs.split(",")
@@ -57,12 +105,18 @@ def main() -> int:
     targets = Path(f"{a.prefix}.{tgt}").read_text(encoding="utf-8").splitlines()
     if len(sources) != len(targets):
         raise SystemExit(f"{a.prefix}: {len(sources)} source lines but {len(targets)} target lines")
-    pairs = joined(sources, targets, document_ids(sources), a.start, a.count, a.join, a.max_words)
+    docs = document_ids(sources)
+    if a.stride:
+        pairs, groups = strided(sources, targets, docs, a.start, a.stride, a.count, a.join, a.max_words, a.keep_single)
+    else:
+        pairs = joined(sources, targets, docs, a.start, a.count, a.join, a.max_words)
+        groups = len(pairs)
     Path(a.output).parent.mkdir(parents=True, exist_ok=True)
     for lang, side in ((src, 0), (tgt, 1)):
         Path(f"{a.output}.{lang}").write_text("".join(p[side] + "\n" for p in pairs), encoding="utf-8")
     words = sum(len(p[0].split()) for p in pairs)
-    print(f"{len(pairs)} pairs of {a.join} lines, {words / max(1, len(pairs)):.1f} source words each -> {a.output}.*")
+    print(f"{len(pairs)} pairs ({groups} of {a.join} lines), {words / max(1, len(pairs)):.1f} source words "
+          f"each -> {a.output}.*")
     return 0
 
 

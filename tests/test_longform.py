@@ -237,18 +237,27 @@ def test_news_headlines_start_documents():
 
 def test_joined_pairs_stay_inside_an_article_and_under_the_length():
     """benchmarks/joined_pairs.py: consecutive pairs of one article joined; a group that would cross into the next
-    article, or that is too long, is skipped one line at a time."""
+    article, is too long, or has a line before its last that does not end a sentence (a headline) is skipped one
+    line at a time; strided sampling keeps a failed group's first line when asked."""
     from helpers import load_benchmark
 
-    joined = load_benchmark("joined_pairs").joined
-    sources = ["Headline one", "A b.", "C d.", "E f.", "Headline two", "G h.", "I j k l m n.", "O p."]
+    bench = load_benchmark("joined_pairs")
+    sources = ["Headline one", "A b.", "C d.", "E f.", "Headline two", "G h.", "I j k l m n.", "O p.", "Q \"r?\"",
+               "S t."]
     targets = [s.upper() for s in sources]
-    docs = ["d0"] * 4 + ["d1"] * 4
-    pairs = joined(sources, targets, docs, 1, 10, 2, 4)
-    # "E f." + "Headline two" crosses articles and "I j k l m n." + "O p." is too long: both skipped
-    assert pairs == [("A b. C d.", "A B. C D."), ("Headline two G h.", "HEADLINE TWO G H.")]
-    assert joined(sources, targets, docs, 1, 1, 2, 4) == pairs[:1]  # at most ``count``
-    assert joined(sources, targets, docs, 0, 10, 3, 100)[0] == ("Headline one A b. C d.", "HEADLINE ONE A B. C D.")
+    docs = ["d0"] * 4 + ["d1"] * 6
+    pairs = bench.joined(sources, targets, docs, 1, 10, 2, 4)
+    # "E f." + "Headline two" crosses articles, "Headline two" + "G h." starts at a headline, "I j k l m n." + "O p."
+    # is too long: all skipped; a quoted question ends a sentence
+    assert pairs == [("A b. C d.", "A B. C D."), ("O p. Q \"r?\"", "O P. Q \"R?\"")]
+    assert bench.joined(sources, targets, docs, 1, 1, 2, 4) == pairs[:1]  # at most ``count``
+    assert bench.joined(sources, targets, docs, 0, 10, 3, 100)[0] == ("A b. C d. E f.", "A B. C D. E F.")
+    # a group at lines 1, 4, 7: the one at 4 starts at a headline
+    assert bench.strided(sources, targets, docs, 1, 3, 3, 2, 100, False) == (
+        [("A b. C d.", "A B. C D."), ("O p. Q \"r?\"", "O P. Q \"R?\"")], 2)
+    kept, groups = bench.strided(sources, targets, docs, 1, 3, 3, 2, 100, True)
+    assert kept[1] == ("Headline two", "HEADLINE TWO") and len(kept) == 3 and groups == 2
+    assert bench.ends_sentence("He said \u201cno.\u201d ") and not bench.ends_sentence("Headline: one")
 
 
 def test_a_talk_run_shows_progress_in_source_words_as_sentences_finish(tmp_path, data, translator):
