@@ -26,11 +26,17 @@ def test_best_tokens_are_the_first_argmax_of_each_masked_row(vocab):
     sets = [torch.rand(vocab, generator=g) < p for p in (0.0, 0.02, 0.5)]
     sets.append(torch.ones(vocab, dtype=torch.bool))  # everything excluded: -1
     sets.append(torch.arange(vocab) % BLOCK < 3)  # a few tokens in every block
-    got = BestTokens(sets)(logits)
-    assert got.shape == (9, len(sets))
-    for j, excluded in enumerate(sets):
-        assert got[:, j].tolist() == masked_argmax(logits, excluded)
-    assert BestTokens(sets)(logits[:, :vocab].to(torch.bfloat16)).tolist() == got.tolist()  # (exact in bfloat16)
+    for dense in (False, True):  # by blocks, and the masked rows whole
+        got = BestTokens(sets, dense=dense)(logits)
+        assert got.shape == (9, len(sets))
+        for j, excluded in enumerate(sets):
+            assert got[:, j].tolist() == masked_argmax(logits, excluded)
+        assert BestTokens(sets, dense=dense)(logits[:, :vocab].to(torch.bfloat16)).tolist() == got.tolist()  # (exact
+        # in bfloat16)
+    assert BestTokens(sets).dense  # (a set excludes tokens in every block: the rows whole)
+    one = [torch.arange(vocab) == vocab - 1]  # one token excluded: one block of the rest to take again
+    assert BestTokens(one).dense == (vocab <= BLOCK)  # (by blocks where there are several)
+    assert BestTokens(one)(logits)[:, 0].tolist() == masked_argmax(logits, one[0])
 
 
 class LookingGreedy(Greedy):

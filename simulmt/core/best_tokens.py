@@ -10,7 +10,9 @@ How: the vocabulary is cut into blocks of ``BLOCK`` tokens. Each row's block max
 (one pass); the few blocks that hold excluded tokens (15 of 512 for Gemma 3: its special tokens are mostly one
 range) are taken again with those tokens at -inf. The first block whose maximum is the row's maximum holds the
 first argmax; within it, the first maximum. That is ``torch.argmax`` of the masked row, ties included (tested).
-A row whose every token is excluded gets -1.
+A row whose every token is excluded gets -1. Where the excluded tokens are in most blocks (a small vocabulary:
+every block), a second pass would be the whole vocabulary again, so the masked rows are taken whole instead: one
+addition and one maximum over (rows, sets, vocab), the same first argmax.
 
 The stream checks the rules this does not know (a word that must start, a segment end once the source is finished,
 a repeated n-gram) on the token it gets; where one applies, it decides on its logits row as before (rare).
@@ -25,13 +27,14 @@ BLOCK = 512
 
 class BestTokens:
     """``best(logits)`` -> (rows, sets) long: per row, the first argmax over the first ``vocab`` logits with each
-    exclusion set's tokens left out (-1: all were). ``excluded``: boolean (vocab,) tables, one per set.
+    exclusion set's tokens left out (-1: all were). ``excluded``: boolean (vocab,) tables, one per set; ``dense``:
+    the masked rows whole (True) or by blocks (False); None chooses (see above).
 
     Every set is done in the same tensor operations (a set is one more index of a small dimension), so a forward's
     best tokens cost the same few operations however many sets there are: on a GPU each is a kernel launch, host
     time the chip waits for."""
 
-    def __init__(self, excluded: list[torch.Tensor]):
+    def __init__(self, excluded: list[torch.Tensor], dense: bool | None = None):
         vocab = excluded[0].shape[0]
         self.vocab = vocab
         self.blocks = -(-vocab // BLOCK)
@@ -40,7 +43,12 @@ class BestTokens:
         out = out.view(len(excluded), self.blocks, BLOCK)
         dirty = out.any(dim=2).any(dim=0).nonzero()[:, 0]  # blocks that hold an excluded token of some set
         bias = torch.zeros(out.shape).masked_fill(out, float("-inf"))  # (sets, blocks, BLOCK)
-        self._cpu = (dirty, bias[:, dirty], bias, torch.arange(len(excluded)) * self.blocks)
+        self.dense = 2 * len(dirty) > self.blocks if dense is None else dense  # (None: the masked rows whole where
+        # most blocks hold an excluded token)
+        if self.dense:
+            self._cpu = (bias.view(len(excluded), -1)[:, :vocab].contiguous(),)
+        else:
+            self._cpu = (dirty, bias[:, dirty], bias, torch.arange(len(excluded)) * self.blocks)
         self._row_starts: dict[tuple[int, torch.device], torch.Tensor] = {}  # (rows, device) -> each row's first
         # block as a flat block number, (rows, 1): made once per batch size, not per forward
         self._on: dict[torch.device, tuple[torch.Tensor, ...]] = {torch.device("cpu"): self._cpu}
@@ -51,6 +59,10 @@ class BestTokens:
         return self._on[device]
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.dense:
+            (bias,) = self._tables(logits.device)
+            best, index = (logits[:, None, : self.vocab].float() + bias).max(dim=-1)  # (rows, sets)
+            return index.masked_fill(best == float("-inf"), -1)
         rows = logits.shape[0]
         dirty, dirty_bias, bias, set_starts = self._tables(logits.device)
         sets = len(set_starts)
