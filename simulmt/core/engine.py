@@ -294,8 +294,9 @@ class Engine:
         # (index arithmetic on lists of a few dozen numbers goes through numpy: a microsecond an operation where
         # torch's cost ten, per forward)
         sees = np.repeat(np.array([s.layout.visibility.source_sees_target for s, _ in requests]), counts)
-        visible = visible_rows(q_index[:, None], q_target[:, None], self.cache.key_sides(), torch.from_numpy(sees),
-                               self._target_before(requests, shared, counts))[:, 0]  # (N, K)
+        visible = torch.from_numpy(visible_rows(q_index.numpy()[:, None], q_target.numpy()[:, None],
+                                                self.cache.key_sides().numpy(), sees,
+                                                self._target_before(requests, shared, counts))[:, 0])  # (N, K)
         request_ends = list(accumulate(counts))
         q_index = self._alternatives(requests, request_ends, q_index, visible)
         q_index = self._replaced(requests, request_ends, q_index, visible)
@@ -333,7 +334,7 @@ class Engine:
         return Served(requests, rows, shared, counts, pairs, answered, got, logits, hidden, to_store, layer)
 
     @staticmethod
-    def _target_before(requests, shared: list[int], counts: list[int]) -> torch.Tensor | None:
+    def _target_before(requests, shared: list[int], counts: list[int]) -> np.ndarray | None:
         """(N, 1): below which key index each query, if source-side, sees target keys (layouts whose visibility
         has ``earlier_slots``; 0 for the others'), or None when no stream's layout has it. A request's fed tokens
         start at key ``keep + shared``; its guesses after the list (a new slot among them) count as placed."""
@@ -345,7 +346,7 @@ class Engine:
                 out += slot_starts([*stream.state.tokens[:request.keep], *request.tokens], request.keep + n)
             else:
                 out += [0] * count
-        return torch.tensor(out)[:, None]
+        return np.array(out, dtype=np.int64)[:, None]
 
     def _share_prompt(self, row: int, request: ForwardRequest, to_store: list) -> int:
         """A new stream's first request: copy its prompt's keys and values into its row when the prompt cache has

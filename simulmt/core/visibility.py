@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from simulmt.core.placed import PlacedToken, Role
@@ -117,8 +118,13 @@ def visible_rows(q_index: torch.Tensor, q_target: torch.Tensor, k_target: torch.
     ``q_index`` (R, Q): the key index each query is stored at; ``q_target`` (R, Q) and ``k_target`` (R, K):
     target-side flags; ``source_sees_target`` (R,): the layout's flag; ``target_before`` (R, Q), optional: a
     source-side query also sees the target keys below this index (``earlier_slots``). Returns (R, Q, K).
+    Tensors, or numpy arrays (the engine's packed forward: on a CPU, numpy's operations on its few thousand flags
+    cost a quarter of torch's).
     """
-    k_idx = torch.arange(k_target.shape[1], device=k_target.device)
+    if isinstance(k_target, np.ndarray):
+        k_idx = np.arange(k_target.shape[1])
+    else:
+        k_idx = torch.arange(k_target.shape[1], device=k_target.device)
     visible = k_idx[None, None, :] <= q_index[:, :, None]  # causal in time order
     blocked = ~q_target[:, :, None] & k_target[:, None, :] & ~source_sees_target[:, None, None]
     if target_before is not None:
