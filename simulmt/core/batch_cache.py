@@ -72,13 +72,15 @@ class BatchKVCache:
         self._free: list[int] = []  # stable: slots of rows that left, for the next rows
         self._meta = {"generation": next(_GENERATIONS)}  # (shared with the pool's finalizer)
         self.lengths: list[int] = []  # cached tokens per row
-        self.target_side: torch.Tensor = torch.zeros(0, self.capacity, dtype=torch.bool)  # per key, for masks
+        self.target_side = np.zeros((0, self.capacity), dtype=bool)  # per key, for masks (numpy: the engine builds
+        # its masks from it on the host, a microsecond an operation)
         self.keys: list[torch.Tensor | None] = []
         self.values: list[torch.Tensor | None] = []
         self.pool = pool if stable else None
         if self.pool is not None:
             weakref.finalize(self, self.pool.give, self.keys, self.values, self._meta)
         self._served: torch.Tensor | None = None  # (N,) cache row of each query of the forward under way
+        self._served_rows: np.ndarray | None = None  # the same, for the host's masks
         self._write: torch.Tensor | None = None  # (N,) index each query writes its key to
         self._key_count = 0  # keys the forward's queries attend over
         self._indices_on: tuple[torch.device, torch.Tensor, torch.Tensor] | None = None  # see _on
@@ -112,7 +114,7 @@ class BatchKVCache:
 
     def add_row(self) -> int:
         self.lengths.append(0)
-        self.target_side = torch.cat([self.target_side, torch.zeros(1, self.capacity, dtype=torch.bool)])
+        self.target_side = np.concatenate([self.target_side, np.zeros((1, self.capacity), dtype=bool)])
         if self.stable:  # slots 0 .. n-1 are the rows' and the free ones (n = allocated), the scratch slot is n
             slot = self._free.pop(0) if self._free else self.allocated
             self.slots.append(slot)
@@ -131,16 +133,17 @@ class BatchKVCache:
 
     def remove_row(self, row: int) -> None:
         """Drop a row (later rows move up by one) and shrink the capacity to what the other rows use."""
-        keep = torch.tensor([r for r in range(self.rows) if r != row], dtype=torch.long)
+        kept = [r for r in range(self.rows) if r != row]
+        keep = torch.tensor(kept, dtype=torch.long)
         del self.lengths[row]
         if self.stable:  # its slot is free for the next row; nothing moves
             self._free.append(self.slots.pop(row))
             self._free.sort()
-            self.target_side = self.target_side.index_select(0, keep)
+            self.target_side = self.target_side[kept]
             return
         self.slots.pop()
         capacity = min(self.capacity, _grown(max(self.lengths, default=0)))
-        self.target_side = self.target_side.index_select(0, keep)[:, :capacity].clone()
+        self.target_side = self.target_side[kept, :capacity]
         for store in (self.keys, self.values):
             for i, t in enumerate(store):
                 if t is not None:  # a fresh tensor: the old memory is freed
@@ -166,7 +169,7 @@ class BatchKVCache:
         length = self.lengths[row]
         if not 0 <= index < length:
             raise ValueError(f"cannot drop cached token {index} of row {row}: it holds {length}")
-        self.target_side[row, index:length - 1] = self.target_side[row, index + 1:length].clone()
+        self.target_side[row, index:length - 1] = self.target_side[row, index + 1:length].copy()
         slot = self.slots[row]
         for store in (self.keys, self.values):
             for t in store:
@@ -204,9 +207,9 @@ class BatchKVCache:
         return bool(self.keys) and all(t is not None for t in self.keys)
 
     # ---- one forward -----------------------------------------------------------------------------------------
-    def prepare(self, rows: list[int], new_tokens: list[int], target_side: torch.Tensor) -> torch.Tensor:
+    def prepare(self, rows: list[int], new_tokens: list[int], target_side: np.ndarray) -> torch.Tensor:
         """Lay out a packed forward: row ``rows[i]`` feeds ``new_tokens[i]`` tokens, one query each, in order;
-        ``target_side`` (N,) flags them. Returns the (N,) key index of each query in its row."""
+        ``target_side`` (N,) bool flags them. Returns the (N,) key index of each query in its row."""
         need = max(self.lengths[r] + n for r, n in zip(rows, new_tokens))
         if need > self.capacity:
             self._grow(_grown(need))
@@ -218,8 +221,9 @@ class BatchKVCache:
         q_index = np.repeat(firsts - (np.cumsum(counts) - counts), counts) + np.arange(len(served))
         self._view = (not self.stable and len(served) == self.rows
                       and bool((served == np.arange(self.rows)).all()))
-        served, q_index = torch.from_numpy(served), torch.from_numpy(q_index)
         self.target_side[served, q_index] = target_side
+        self._served_rows = served
+        served, q_index = torch.from_numpy(served), torch.from_numpy(q_index)
         self._served, self._write, self._key_count = served, q_index, need
         self._indices_on = None  # (device, served, write) there; see _on
         for r, n in zip(rows, new_tokens):
@@ -252,9 +256,9 @@ class BatchKVCache:
             self._indices_on = (device, self.served_slots().to(device), self._write.to(device))
         return self._indices_on[1], self._indices_on[2]
 
-    def key_sides(self) -> torch.Tensor:
+    def key_sides(self) -> np.ndarray:
         """(N, K) target-side flags of the keys each query of the prepared forward attends over."""
-        return self.target_side[:, : self._key_count].index_select(0, self._served)
+        return self.target_side[self._served_rows, : self._key_count]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         """Called by every attention layer with the (N, H, 1, D) new keys/values: write them, return (N, H, K, D)."""
@@ -280,7 +284,7 @@ class BatchKVCache:
 
     def _grow(self, capacity: int) -> None:
         extra = capacity - self.capacity
-        self.target_side = torch.cat([self.target_side, torch.zeros(self.rows, extra, dtype=torch.bool)], dim=1)
+        self.target_side = np.concatenate([self.target_side, np.zeros((self.rows, extra), dtype=bool)], axis=1)
         if self.stable:
             if self.layers_ready:
                 self._reallocate(self.slot_count, capacity)
@@ -314,7 +318,7 @@ class BatchKVCache:
         self._meta["generation"] = generation
         if keys[0].shape[2] > self.capacity:
             extra = keys[0].shape[2] - self.capacity
-            self.target_side = torch.cat([self.target_side, torch.zeros(self.rows, extra, dtype=torch.bool)], 1)
+            self.target_side = np.concatenate([self.target_side, np.zeros((self.rows, extra), dtype=bool)], axis=1)
             self.capacity = keys[0].shape[2]
 
     # ---- what transformers may ask -----------------------------------------------------------------------------

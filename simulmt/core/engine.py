@@ -290,12 +290,12 @@ class Engine:
         counts = [len(f) for f in fed]
         tokens = [t for f in fed for t in f]
         ids, positions, q_target = _columns(tokens)
-        q_index = self.cache.prepare(rows, counts, q_target)
+        q_index = self.cache.prepare(rows, counts, q_target.numpy())
         # (index arithmetic on lists of a few dozen numbers goes through numpy: a microsecond an operation where
         # torch's cost ten, per forward)
         sees = np.repeat(np.array([s.layout.visibility.source_sees_target for s, _ in requests]), counts)
         visible = torch.from_numpy(visible_rows(q_index.numpy()[:, None], q_target.numpy()[:, None],
-                                                self.cache.key_sides().numpy(), sees,
+                                                self.cache.key_sides(), sees,
                                                 self._target_before(requests, shared, counts))[:, 0])  # (N, K)
         request_ends = list(accumulate(counts))
         q_index = self._alternatives(requests, request_ends, q_index, visible)
@@ -401,7 +401,7 @@ class Engine:
         """(N, K) ALiBi key distances of the packed queries, each by its own layout's rule (visibility.py)."""
         rows = torch.repeat_interleave(torch.tensor([self._row(s) for s, _ in requests]), torch.tensor(counts))
         k_valid = torch.arange(visible.shape[1])[None, :] < torch.tensor(self.cache.lengths)[rows][:, None]
-        k_target = self.cache.key_sides()
+        k_target = torch.from_numpy(self.cache.key_sides())
         rules = [s.layout.visibility.distance for (s, _), n in zip(requests, counts) for _ in range(n)]
         out = torch.zeros(visible.shape)
         for rule in set(rules):
