@@ -89,17 +89,13 @@ class Served:
     rows: list[int]  # each request's cache row
     shared: list[int]  # prompt tokens copied from the prompt cache instead of computed
     counts: list[int]  # tokens computed
-    pairs: list[int]  # visible keys of each computed query, all requests in order (FLOPs)
+    pairs: list[int]  # visible keys summed over each request's computed queries (FLOPs)
     answered: list[int]  # answers (rows of logits / features) per request
     got: list[bool]  # which requests got logits (a ``logits_if`` may say no: no LM head row)
     logits: torch.Tensor | None  # (rows that got logits, vocab); None: the forward stopped at ``layer``
     hidden: torch.Tensor | None  # the features of every answer, when some stream wants them
     to_store: list[tuple[int, tuple, int]]  # (row, prompt key, length): prompts to keep after the forward
     layer: int | None  # the policy head's layer the features come from (None: the last hidden state)
-
-    def starts(self) -> list[int]:
-        """Each request's first computed query in ``pairs``."""
-        return list(accumulate(self.counts[:-1], initial=0))
 
 
 @dataclass
@@ -196,12 +192,12 @@ class Engine:
         if done.logits is None:  # stopped at the policy head's layer: every stream reads on, its tokens come again
             self._stopped(done)
             return
-        starts, pairs, hidden, logits = done.starts(), done.pairs, done.hidden, done.logits
+        pairs, hidden, logits = done.pairs, done.hidden, done.logits
         best = self._best_tokens(done.requests, done.got, done.answered, logits)
         logit_rows, answer = 0, 0  # where each stream's rows begin in ``logits`` and in ``hidden``
         for i, ((stream, request), n) in enumerate(zip(done.requests, done.counts)):
             answers, got, shared = done.answered[i], done.got[i], done.shared[i]
-            flops = self.runner.compute.flops(n, int(sum(pairs[starts[i]:starts[i] + n])), answers * got)
+            flops = self.runner.compute.flops(n, pairs[i], answers * got)
             if shared:  # a stream's compute count is that of its whole request (prompt_cache.py)
                 flops += self.runner.compute.flops(shared, shared * (shared + 1) // 2, 0)
             own = hidden is not None and stream.features_layer == done.layer  # (another layer's are not its own)
@@ -243,10 +239,10 @@ class Engine:
     def _stopped(self, done: Served) -> None:
         """A forward that stopped at the policy head's layer: each row back to what it kept; each stream gets its
         features."""
-        starts, answer = done.starts(), 0
+        answer = 0
         for i, ((stream, request), row, n) in enumerate(zip(done.requests, done.rows, done.counts)):
             self.cache.crop(row, request.keep)
-            flops = self.runner.compute.flops(n, int(sum(done.pairs[starts[i]:starts[i] + n])), 0,
+            flops = self.runner.compute.flops(n, done.pairs[i], 0,
                                               layers=done.layer + 1)
             stream.receive(None, flops, done.hidden, served=request, stopped=True, first=(0, answer))
             answer += done.answered[i]
@@ -330,7 +326,8 @@ class Engine:
         logits, hidden, head_rows = self.runner.forward_packed(queries, self.cache, wants)
         if decisions is not None and head_rows is not None:
             got = head_rows[torch.tensor(first)].tolist()
-        pairs = visible.sum(dim=1).tolist()  # visible keys per query (FLOPs)
+        per_query = np.concatenate([[0], np.cumsum(visible.numpy().sum(axis=1))])  # visible keys (FLOPs)
+        pairs = (per_query[request_ends] - per_query[np.array(request_ends) - counts]).tolist()  # per request
         return Served(requests, rows, shared, counts, pairs, answered, got, logits, hidden, to_store, layer)
 
     @staticmethod
