@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from news_docids import document_ids  # noqa: E402
 
 
-CLOSERS = "\"'“”’»)"
+CLOSERS = "\"'“”‘’«»)]"  # closing quotes (English and both German styles), brackets
 
 
 def ends_sentence(text: str) -> bool:
@@ -100,6 +100,12 @@ def main() -> int:
     p.add_argument("--keep-single", action="store_true", help="with --stride: a group that fails stays one line")
     p.add_argument("--output", required=True, help="output prefix: OUTPUT.<src>, OUTPUT.<tgt>")
     a = p.parse_args()
+    if a.join < 1 or a.stride < 0:
+        p.error("--join must be at least 1 and --stride at least 0")
+    if a.stride and a.stride < a.join:
+        p.error(f"--stride {a.stride} is below --join {a.join}: groups would overlap (a line in two pairs)")
+    if a.keep_single and not a.stride:
+        p.error("--keep-single needs --stride (a scan skips a failed group's line)")
     src, tgt = a.langs.split(",")
     sources = Path(f"{a.prefix}.{src}").read_text(encoding="utf-8").splitlines()
     targets = Path(f"{a.prefix}.{tgt}").read_text(encoding="utf-8").splitlines()

@@ -57,6 +57,23 @@ def test_greedy_from_the_batched_best_tokens_writes_what_the_scores_say(arch):
         assert [f.forward_calls for f in fast] == [s.forward_calls for s in slow]
 
 
+def test_greedy_by_blocks_writes_what_the_scores_say():
+    """The tiny models' vocabulary is one block, so the engine takes the masked rows whole; the block path (what
+    Gemma 3's 262k vocabulary takes) forced here must write the same."""
+    tr = tiny_translator("llama")  # (shared by tests: its vocabulary's best tokens are put back after)
+    vocabulary, before = tr.vocabulary, tr.vocabulary._best
+    blocks = BestTokens([vocabulary.banned, vocabulary.banned | vocabulary.stops], dense=False)
+    object.__setattr__(vocabulary, "_best", blocks)
+    try:
+        fast = tr.translate_many(SOURCES, Expost(), WaitK(2), batch_size=4)
+        assert vocabulary._best is blocks
+    finally:
+        object.__setattr__(vocabulary, "_best", before)
+    slow = tr.translate_many(SOURCES, Expost(), WaitK(2), batch_size=4, samplers=lambda i: LookingGreedy())
+    assert [f.prediction for f in fast] == [s.prediction for s in slow]
+    assert [f.delays for f in fast] == [s.delays for s in slow]
+
+
 def test_interleaved_greedy_from_the_batched_best_tokens_writes_what_the_scores_say():
     tr = tiny_interleaved_translator("llama")
     fast = tr.translate_many(SOURCES, Interleaved(), ReadN(1), batch_size=3)

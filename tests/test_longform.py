@@ -257,7 +257,10 @@ def test_joined_pairs_stay_inside_an_article_and_under_the_length():
         [("A b. C d.", "A B. C D."), ("O p. Q \"r?\"", "O P. Q \"R?\"")], 2)
     kept, groups = bench.strided(sources, targets, docs, 1, 3, 3, 2, 100, True)
     assert kept[1] == ("Headline two", "HEADLINE TWO") and len(kept) == 3 and groups == 2
-    assert bench.ends_sentence("He said \u201cno.\u201d ") and not bench.ends_sentence("Headline: one")
+    assert bench.ends_sentence("He said \u201cno.\u201d ") and bench.ends_sentence("Er sagte: \u00bbNein.\u00ab")
+    assert not bench.ends_sentence("Headline: one")
+    assert bench.strided(sources, targets, docs, 7, 3, 5, 2, 100, True) == ([("O p. Q \"r?\"", "O P. Q \"R?\"")], 1)
+    # (the corpus ends: no group at line 10 and beyond)
 
 
 def test_a_talk_run_shows_progress_in_source_words_as_sentences_finish(tmp_path, data, translator):

@@ -41,25 +41,22 @@ def running(max_streams: int = 20, token: str | None = None, idle_timeout: float
     hub.app_state = app.state  # for tests that watch the intake's bounds
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    sock.listen(64)  # connections made before uvicorn accepts wait in the queue instead of being refused
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_max_size=4 * max_frame_bytes))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.time() + 60
-    while not server.started and time.time() < deadline:
-        if not thread.is_alive():
-            raise RuntimeError("the test server stopped before it started")
+    deadline = time.time() + 60  # (a busy machine: a silent 20 s timeout once yielded an address no server held)
+    while not server.started and thread.is_alive() and time.time() < deadline:
         time.sleep(0.02)
-    if not server.started:
-        server.should_exit = True
-        hub.stop()
-        raise RuntimeError("the test server did not start within 60 s")
     try:
+        if not server.started:
+            raise RuntimeError("the test server " + ("stopped before it started" if not thread.is_alive()
+                                                     else "did not start within 60 s"))
         yield f"127.0.0.1:{port}", hub
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        sock.close()
         hub.stop()
 
 
