@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from simulmt.adapters import SHIPPED, save_bfloat16_weights
+from simulmt.models import adapter_markers
 
 ROOT = Path(__file__).resolve().parents[1]
 #: small files an adapter may carry besides its weights: the tokenizer config that names added marker tokens
@@ -38,6 +39,8 @@ def ship(run: Path, name: str) -> Path:
     (target / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_bfloat16_weights(adapter / "adapter_model.safetensors", target / "adapter_model.safetensors")
     for extra in EXTRA_FILES:  # the interleaved markers' tokenizer config, a policy head
+        if extra == "tokenizer_config.json" and not adapter_markers(adapter):
+            continue  # (a run without markers saves the base tokenizer's config: nothing the adapter needs)
         if (adapter / extra).is_file():
             shutil.copyfile(adapter / extra, target / extra)
     if (run / "training.json").is_file():  # written after the evaluation at the end of the run
