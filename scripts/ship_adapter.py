@@ -39,10 +39,12 @@ def ship(run: Path, name: str) -> Path:
     (target / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_bfloat16_weights(adapter / "adapter_model.safetensors", target / "adapter_model.safetensors")
     for extra in EXTRA_FILES:  # the interleaved markers' tokenizer config, a policy head
-        if extra == "tokenizer_config.json" and not adapter_markers(adapter):
-            continue  # (a run without markers saves the base tokenizer's config: nothing the adapter needs)
-        if (adapter / extra).is_file():
+        wanted = (adapter / extra).is_file() and (extra != "tokenizer_config.json" or adapter_markers(adapter))
+        # (a run without markers saves the base tokenizer's config: nothing the adapter needs)
+        if wanted:
             shutil.copyfile(adapter / extra, target / extra)
+        else:  # (an adapter shipped before under this name may have left one)
+            (target / extra).unlink(missing_ok=True)
     if (run / "training.json").is_file():  # written after the evaluation at the end of the run
         shutil.copyfile(run / "training.json", target / "training.json")
     return target

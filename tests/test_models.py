@@ -370,7 +370,8 @@ def test_adapter_weights_are_stored_in_bfloat16_except_added_token_rows_and_inte
 def test_shipping_an_adapter_keeps_a_tokenizer_config_only_when_it_names_marker_tokens(tmp_path, monkeypatch):
     """``scripts/ship_adapter.py``: the base model's short name in the config, the weights in bfloat16, the run's
     record; a run's ``tokenizer_config.json`` travels only when it names the interleaved markers (an expost run saves
-    the base tokenizer's config, which the adapter does not need)."""
+    the base tokenizer's config, which the adapter does not need), and one left by an adapter shipped before under
+    the same name goes."""
     import importlib.util
 
     from safetensors.torch import load_file, save_file
@@ -381,19 +382,19 @@ def test_shipping_an_adapter_keeps_a_tokenizer_config_only_when_it_names_marker_
     spec = importlib.util.spec_from_file_location("ship_adapter", Path(__file__).parents[1] / "scripts/ship_adapter.py")
     ship_adapter = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ship_adapter)
-    monkeypatch.setattr(ship_adapter, "ROOT", tmp_path / "repo")  # (never into the checkout)
     name = next(iter(SHIPPED))
-    for markers in (False, True):
-        run = tmp_path / f"run-{markers}"
+    for markers, repo in ((False, "a"), (True, "b"), (False, "b")):  # (the last one ships over the one before it)
+        monkeypatch.setattr(ship_adapter, "ROOT", tmp_path / repo)  # (never into the checkout)
+        run = tmp_path / f"run-{markers}-{repo}"
         (run / "adapter").mkdir(parents=True)
         (run / "adapter" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/some/dir"}))
         save_file({"lora_A.weight": torch.randn(2, 4)}, str(run / "adapter" / "adapter_model.safetensors"))
         added = {"added_tokens_decoder": {"5": {"content": MARKERS[0]}}} if markers else {"eos_token": "<eos>"}
         (run / "adapter" / "tokenizer_config.json").write_text(json.dumps(added))
-        (run / "training.json").write_text(json.dumps({"steps": 3}))
+        (run / "training.json").write_text(json.dumps({"steps": 3 + markers}))
         target = ship_adapter.ship(run, name)
-        assert target == tmp_path / "repo" / "simulmt" / "adapters" / name
+        assert target == tmp_path / repo / "simulmt" / "adapters" / name
         assert json.loads((target / "adapter_config.json").read_text())["base_model_name_or_path"] == SHIPPED[name]
         assert load_file(str(target / "adapter_model.safetensors"))["lora_A.weight"].dtype == torch.bfloat16
-        assert json.loads((target / "training.json").read_text()) == {"steps": 3}
+        assert json.loads((target / "training.json").read_text()) == {"steps": 3 + markers}
         assert (target / "tokenizer_config.json").is_file() == markers
