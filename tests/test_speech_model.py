@@ -98,8 +98,8 @@ def write_audio_set(folder, seconds=(1.3, 2.1)):
 
 
 def test_translate_audio_from_the_command_line(tmp_path, monkeypatch, capsys):
-    """``simulmt translate --audio WAV --speech-model DIR``: words with their audio time, or one JSON object; bad
-    files and missing options are clear errors."""
+    """``simulmt translate --audio FILE --speech-model DIR``: words with their audio time, or one JSON object; other
+    formats and rates are read as the same 16 kHz mono audio; bad files and missing options are clear errors."""
     from simulmt import cli
     from simulmt.speech import model as speech_model
     from simulmt.speech.wav import write_wav
@@ -118,13 +118,30 @@ def test_translate_audio_from_the_command_line(tmp_path, monkeypatch, capsys):
     assert row["delays_ms"] and row["duration_ms"] == pytest.approx(1500) and len(row["delays"]) == len(
         row["prediction"].split())
     assert row == {**row, "layout": "interleaved", "policy": "wait-2"}
-    write_wav(tmp_path / "8k.wav", np.zeros(800, np.int16), 8000)
-    assert cli.main(["translate", "--audio", str(tmp_path / "8k.wav"), "--speech-model", str(tmp_path)]) == 1
-    assert "16 kHz" in capsys.readouterr().err
+    # what users bring: the same clip as 16 kHz stereo FLAC (both channels the same): the same samples, the same row
+    import av
+
+    pcm = (audio(1.5) * 20000).astype(np.int16)
+    with av.open(str(tmp_path / "clip.flac"), "w") as container:
+        stream = container.add_stream("flac", rate=16000, layout="stereo")
+        frame = av.AudioFrame.from_ndarray(np.repeat(pcm, 2).reshape(1, -1), format="s16", layout="stereo")
+        frame.sample_rate = 16000
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            container.mux(packet)
+    assert cli.main([*args[:2], str(tmp_path / "clip.flac"), *args[3:], "--jsonl"]) == 0
+    flac = json.loads(capsys.readouterr().out)
+    assert (flac["prediction"], flac["delays"], flac["duration_ms"]) == (row["prediction"], row["delays"],
+                                                                         row["duration_ms"])
+    write_wav(tmp_path / "8k.wav", np.zeros(800, np.int16), 8000)  # another rate: resampled
+    assert cli.main(["translate", "--audio", str(tmp_path / "8k.wav"), "--speech-model", str(tmp_path)]) == 0
+    assert "from 0.10 s of audio" in capsys.readouterr().out
+    (tmp_path / "notes.txt").write_text("not a recording")
+    assert cli.main(["translate", "--audio", str(tmp_path / "notes.txt"), "--speech-model", str(tmp_path)]) == 1
+    assert "not an audio file FFmpeg can decode" in capsys.readouterr().err
     assert cli.main(["translate", "--audio", str(tmp_path / "missing.wav"), "--speech-model", str(tmp_path)]) == 1
     assert "not found" in capsys.readouterr().err
     assert cli.main(["translate", "--speech-model", str(tmp_path)]) == 2
-    assert "give the WAV file with --audio" in capsys.readouterr().err
+    assert "give the recording with --audio" in capsys.readouterr().err
 
 
 def test_evaluate_on_audio_scores_in_ms(tmp_path):

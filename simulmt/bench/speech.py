@@ -162,15 +162,23 @@ def print_report(bench: dict, out: TextIO) -> None:
 
 
 def audio_files(path: str) -> list[Path]:
-    """A WAV file, or a list of WAV files (one per line, relative to the list's folder)."""
+    """An audio file (by its extension: ``wav.AUDIO_SUFFIXES``), or a list of audio files (one per line, relative to
+    the list's folder)."""
+    from simulmt.speech.wav import AUDIO_SUFFIXES
+
     p = Path(path)
     if not p.is_file():
         raise SimulmtError(f"--audio: not found: {path}")
-    if p.suffix.lower() == ".wav":
+    if p.suffix.lower() in AUDIO_SUFFIXES:
         return [p]
-    files = [(p.parent / line.strip()) for line in p.read_text().splitlines() if line.strip()]
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise SimulmtError(f"--audio {path}: neither a list of audio files (one path per line) nor a recording with "
+                           f"one of the extensions {', '.join(sorted(AUDIO_SUFFIXES))}") from None
+    files = [(p.parent / line.strip()) for line in lines if line.strip()]
     if not files:
-        raise SimulmtError(f"--audio {path}: the list names no WAV file")
+        raise SimulmtError(f"--audio {path}: the list names no audio file")
     missing = [f for f in files if not f.is_file()]
     if missing:
         raise SimulmtError(f"--audio {path}: {len(missing)} file(s) not found, e.g. {missing[0]}")

@@ -24,8 +24,8 @@ class EvaluateOptions:
     source: str | None = field(default=None, metadata={
         "help": "source text, one sentence per line (required, unless --source-audio)", "metavar": "FILE"})
     source_audio: str | None = field(default=None, metadata={
-        "help": "speech input instead of text: a file listing 16 kHz mono WAV files, one per line (relative to the "
-                "list), line-aligned with --reference; heard by a streaming Whisper recogniser (--asr-model) that "
+        "help": "speech input instead of text: a file listing recordings (WAV, FLAC, MP3, ...: any rate, resampled "
+                "to 16 kHz mono), one per line (relative to the list), line-aligned with --reference; heard by a streaming Whisper recogniser (--asr-model) that "
                 "feeds the text model, or by --speech-model. Delays and latencies are then in ms of audio, and "
                 "*_CA adds the compute time (the recogniser's included)", "metavar": "LIST"})
     asr_model: str = field(default="tiny.en", metadata={
@@ -104,7 +104,7 @@ class EvaluateOptions:
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if bool(self.source) == bool(self.source_audio):
-            raise SimulmtError("give exactly one of --source (text) and --source-audio (a list of WAV files)")
+            raise SimulmtError("give exactly one of --source (text) and --source-audio (a list of recordings)")
         if self.speech_model is not None and (self.model is not None or self.adapter != "auto"):
             raise SimulmtError("--speech-model DIR carries its own LLM and adapter: give no --model / --adapter")
         if self.docids is not None and self.source_audio:

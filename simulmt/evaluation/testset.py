@@ -51,7 +51,7 @@ def _paired_lines(source: str | Path, reference: str | Path, lines: int | None, 
 
 
 def read_audio_test_set(audio_list: str | Path, reference: str | Path, lines: int | None = None) -> TestSet:
-    """A list of WAV files (one path per line, relative to the list's folder) and the line-aligned references;
+    """A list of recordings (one path per line, relative to the list's folder) and the line-aligned references;
     every file is checked to exist before anything runs."""
     test_set = _paired_lines(audio_list, reference, lines, "audio list")
     paths = [str((test_set.source_path.parent / e).resolve()) for e in test_set.sources]
