@@ -33,7 +33,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from simulmt.adapters import resolve_adapter
+from simulmt.adapters import AUTO, other_pairs, resolve_adapter
 from simulmt.errors import ModelNotFoundError, SimulmtError
 from simulmt.core.packed_linear import fbgemm_available, pack_linears, weights_dtype
 from simulmt.core.vocabulary import mark_special_tokens
@@ -548,11 +548,13 @@ def load_model(
     cache_dir: str | Path | None = None,
     device: str | None = None,
     merge_adapter: bool = True,
+    pair: tuple[str, str] | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer (and a PEFT adapter on top), in eval mode.
 
-    ``adapter``: None or ``"none"`` (the bare model), ``"auto"`` (the adapter shipped for this model, if any), a
-    shipped adapter's name, or a PEFT adapter directory (see :mod:`simulmt.adapters`). The adapter is merged into
+    ``adapter``: None or ``"none"`` (the bare model), ``"auto"`` (the adapter shipped for this model and the
+    language ``pair`` (source, target; None: any), if any), a shipped adapter's name, or a PEFT adapter directory
+    (see :mod:`simulmt.adapters`). The adapter is merged into
     the weights (``merge_adapter``; about twice as fast to run) unless that is turned off.
     ``device``: where the model runs; default ``cuda`` when a GPU is visible, else ``cpu``.
     ``dtype``: a torch dtype or its name, or ``"float16-packed"``: float32 with every linear layer's weights in
@@ -612,7 +614,10 @@ def load_model(
 
     model, tokenizer = loaded
     mark_special_tokens(tokenizer)  # e.g. <start_of_image>, stored as user-defined in the GGUF, is special
-    resolved = resolve_adapter(adapter, name)
+    resolved = resolve_adapter(adapter, name, pair)
+    if resolved is None and adapter is not None and adapter.lower() == AUTO and other_pairs(name):
+        print(f"simulmt: no shipped adapter of {name} translates {pair[0]}->{pair[1]} (it has "
+              f"{', '.join(other_pairs(name))}): the bare model, prompted for {pair[0]}->{pair[1]}", file=sys.stderr)
     if resolved is not None:
         model = _load_adapter(model, resolved[1], merge_adapter, tokenizer)
     device = device or ("cuda" if torch.cuda.is_available() and not packed else "cpu")

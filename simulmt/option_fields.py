@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from simulmt.adapters import AUTO, shipped_adapter_names
+from simulmt.adapters import AUTO, PAIRS
 from simulmt.models import DEFAULT_MODEL, packaged_model_names
 from simulmt.core.stream_options import DEFAULTS as STREAM_DEFAULTS
 
@@ -28,8 +28,9 @@ def model_field():
 
 def adapter_field():
     return field(default=AUTO, metadata={
-        "help": f"LoRA adapter: 'auto' uses the one shipped for the model if there is one "
-                f"({', '.join(shipped_adapter_names())}), 'none' the bare model, or a PEFT adapter directory",
+        "help": f"LoRA adapter: 'auto' uses the one shipped for the model and language pair if there is one "
+                f"({', '.join(f'{n}: {a}->{b}' for n, (a, b) in PAIRS.items())}), 'none' the bare model, or a PEFT "
+                f"adapter directory",
         "metavar": "auto|none|NAME|DIR"})
 
 

@@ -66,12 +66,13 @@ class Translator:
     def load(cls, model: str | None = None, adapter: str | None = "auto", *, source_lang: str = "en",
              target_lang: str = "de", use_chat_template: bool = True, fuse: bool = True,
              execution: Execution = Execution(), **load_kwargs) -> "Translator":
-        """``fuse``: run each RMSNorm as one operation and a gated MLP's gate and up projections as one product
+        """``adapter="auto"``: the shipped adapter of the model for this language pair, if it has one
+        (:mod:`simulmt.adapters`). ``fuse``: run each RMSNorm as one operation and a gated MLP's gate and up projections as one product
         (``simulmt.core.fused_layers``: the same outputs, fewer operations per forward), unless the adapter is
         left unmerged (``merge_adapter=False``, to train it)."""
         from simulmt.models import DEFAULT_MODEL, load_model
 
-        loaded = load_model(model or DEFAULT_MODEL, adapter, **load_kwargs)
+        loaded = load_model(model or DEFAULT_MODEL, adapter, pair=(source_lang, target_lang), **load_kwargs)
         if fuse and not has_adapter_layers(loaded.model):
             fuse_for_inference(loaded.model)
         name = loaded.name + (f"+{loaded.adapter}" if loaded.adapter else "")

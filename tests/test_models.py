@@ -221,8 +221,9 @@ def test_no_adapter_or_auto_without_a_shipped_one_gives_the_bare_model(tiny_chec
 
 
 def test_shipped_adapter_resolution():
-    from simulmt.adapters import SHIPPED, default_adapter, resolve_adapter
+    from simulmt.adapters import PAIRS, SHIPPED, default_adapter, resolve_adapter
 
+    assert set(PAIRS) == set(SHIPPED)  # every shipped adapter says which language pair it translates
     name, base = next(iter(SHIPPED.items()))
     with pytest.raises(SimulmtError, match="was trained on"):
         resolve_adapter(name, "smollm2-135m")
@@ -232,6 +233,36 @@ def test_shipped_adapter_resolution():
         label, path = resolve_adapter("auto", base)
         assert label == name and (path / "adapter_config.json").is_file() and (path / "README.md").is_file()
         assert resolve_adapter(name, base) == (label, path)
+
+
+
+def test_auto_takes_a_shipped_adapter_only_for_its_language_pair(tiny_checkpoint, tiny_adapter, tmp_path,
+                                                                  monkeypatch, capsys):
+    """An English-to-German adapter is not put on a German-to-English request: ``auto`` then gives the bare model
+    and says why; the pair may be given as codes or names."""
+    import shutil
+
+    from simulmt import adapters
+
+    shutil.copytree(tiny_adapter, tmp_path / "tiny-en-de")
+    monkeypatch.setattr(adapters, "_HERE", tmp_path)
+    monkeypatch.setattr(adapters, "SHIPPED", {"tiny-en-de": str(tiny_checkpoint)})
+    monkeypatch.setattr(adapters, "PAIRS", {"tiny-en-de": ("en", "de")})
+    assert adapters.default_adapter(str(tiny_checkpoint)) == "tiny-en-de"  # (any pair)
+    assert adapters.default_adapter(str(tiny_checkpoint), ("English", "german")) == "tiny-en-de"
+    assert adapters.default_adapter(str(tiny_checkpoint), ("de", "en")) is None
+    with pytest.raises(SimulmtError, match="unknown language 'xx'"):
+        adapters.default_adapter(str(tiny_checkpoint), ("en", "xx"))
+    assert load_model(str(tiny_checkpoint), "auto", pair=("en", "de")).adapter == "tiny-en-de"
+    capsys.readouterr()
+    assert load_model(str(tiny_checkpoint), "auto", pair=("fr", "en")).adapter is None
+    said = capsys.readouterr().err
+    assert "translates fr->en" in said and "tiny-en-de (en->de)" in said and "the bare model" in said
+    assert load_model(str(tiny_checkpoint), "tiny-en-de", pair=("fr", "en")).adapter == "tiny-en-de"  # asked by name
+    from simulmt import Translator
+
+    assert Translator.load(str(tiny_checkpoint)).adapter == "tiny-en-de"  # (en -> de by default)
+    assert Translator.load(str(tiny_checkpoint), source_lang="de", target_lang="en").adapter is None
 
 
 # ------------------------------------------------------------------ packaged-model conversion cache
