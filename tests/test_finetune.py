@@ -471,6 +471,20 @@ def test_command_line_end_to_end(corpus, tmp_path, capsys):
     assert "already holds a run" in capsys.readouterr().err
 
 
+def test_pairs_with_an_empty_side_are_skipped_and_said(tmp_path, capsys):
+    tok = make_tokenizer(chat=True)
+    model_dir = tmp_path / "tiny"
+    make_model("llama", len(tok)).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    (tmp_path / "src").write_text("\n".join(CORPUS[:4]) + "\n", encoding="utf-8")
+    (tmp_path / "tgt").write_text("\n".join([CORPUS[16], "  ", CORPUS[18], CORPUS[19]]) + "\n", encoding="utf-8")
+    assert cli.main(["finetune", "--train-source", str(tmp_path / "src"), "--train-target", str(tmp_path / "tgt"),
+                     "--model", str(model_dir), "--output", str(tmp_path / "run"), "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    card = json.loads(out)
+    assert card["data"]["pairs_read"] == 4 and card["data"]["pairs_empty"] == 1 and card["data"]["examples"] == 3
+    assert "3 pairs (1 with an empty side skipped) -> 3 examples" in err
+
 def test_data_files(tmp_path):
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("a b\tx y\n\nc\t\nd\te\n", encoding="utf-8")

@@ -516,7 +516,8 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
                                  options.seed, progress=progress, context=context)
     stats = dataset.stats
     layout_seconds = time.perf_counter() - built
-    _say(f"{recipe.describe()}: {len(pairs)} pairs -> {stats.examples} examples, average length "
+    skipped = f" ({pair_stats.empty} with an empty side skipped)" if pair_stats.empty else ""
+    _say(f"{recipe.describe()}: {len(pairs)} pairs{skipped} -> {stats.examples} examples, average length "
          f"{stats.average_length:.1f} tokens, {stats.label_tokens} labelled tokens "
          f"({stats.too_long} too long, {stats.unplaceable} refused) in {layout_seconds:.1f} s")
     card = {"simulmt_version": __version__, "command": options.command_line(), "model": model_name,
