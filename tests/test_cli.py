@@ -417,6 +417,27 @@ def test_an_output_folder_that_cannot_be_made_is_one_line_before_the_model_loads
     assert loads == [] and afile.read_text() == "not a folder\n"
 
 
+@pytest.mark.parametrize("ids,message", [
+    ("t1\n", "has 1 lines, fewer than the 2 source lines"),
+    ("t1\nt2\nt1\n", None),  # (three ids for two lines: the third is not read)
+    ("t1\n\n", "empty"),
+])
+def test_a_docids_file_that_does_not_fit_is_refused_before_the_model_loads(loads, capsys, tmp_path, ids, message):
+    (tmp_path / "src").write_text("A man.\nTwo dogs.\n", encoding="utf-8")
+    (tmp_path / "docids").write_text(ids, encoding="utf-8")
+    args = ["evaluate", "--source", str(tmp_path / "src"), "--reference", str(tmp_path / "src"), "--docids",
+            str(tmp_path / "docids"), "--output", str(tmp_path / "runs"), "--ks", "3", "--layouts", "expost",
+            "--no-offline"]
+    if message is None:  # consecutive lines of each talk in the lines evaluated: it runs
+        assert cli.main(args) == 0 and len(loads) == 1
+        return
+    assert cli.main(args) == 2
+    assert message in capsys.readouterr().err and not loads  # said before any model was loaded
+    (tmp_path / "docids").write_text("t1\nt2\nt1\n", encoding="utf-8")
+    (tmp_path / "src").write_text("A man.\nTwo dogs.\nA cat.\n", encoding="utf-8")
+    assert cli.main(args) == 2
+    assert "talk 't1' comes back at line 3" in capsys.readouterr().err and not loads
+
 def test_the_speech_recipe_of_finetune_checks_its_output_too(loads, capsys, tmp_path, output_inputs):
     (tmp_path / "afile").write_text("")
     args = ["finetune", "--recipe", "speech-align", *output_inputs["finetune-speech"][1:]]

@@ -27,7 +27,11 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
         if options.source_audio:
             read_audio_test_set(options.source_audio, options.reference, options.lines)
         else:
-            read_test_set(options.source, options.reference, options.lines, options.max_words)
+            test_set = read_test_set(options.source, options.reference, options.lines, options.max_words)
+            if options.docids is not None:  # its talks too (an id missing, a talk whose lines are not consecutive)
+                from simulmt.evaluation.talks import read_talks
+
+                read_talks(options.docids, len(test_set.sources))
     except SimulmtError as exc:
         parser.error(str(exc))
     try:  # and where the runs go: a folder that cannot be written is refused now, not after the model loads
