@@ -400,13 +400,13 @@ def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: T
     """``simulmt translate --audio FILE [--speech-model DIR]``: words appear as the audio plays, with their audio
     time.
 
-    The recording (``read_audio``: any format FFmpeg decodes, as 16 kHz mono) is fed to a speech session (the recogniser cascade, ``simulmt.speech.cascade``, or an end-to-end
-    speech model) in pieces of one recogniser step (or one encoder block), as a live stream would arrive; each written
-    word is printed with the audio time it was written at (the delay: when the last source word read before it was
-    confirmed; for an end-to-end model, when its last block read was available) and the wall time spent so far.
-    ``--jsonl`` prints one JSON object for the file: the prediction, delays in source units (blocks or spelled words,
-    ``unit``) and in ms, the compute (encoder, adapter, LLM), the audio's duration, and what a CTC head spelled
-    (``heard``)."""
+    The recording (``read_audio``: any format FFmpeg decodes, as 16 kHz mono) is fed to a speech session (the recogniser
+    cascade, ``simulmt.speech.cascade``, or an end-to-end speech model) in pieces of one recogniser step (or one encoder
+    block), as a live stream would arrive; each written word is printed with the audio time it was written at (the
+    delay: when the last source word read before it was confirmed; for an end-to-end model, when its last block read was
+    available) and the wall time spent so far. ``--jsonl`` prints one JSON object for the file: the prediction, delays
+    in source units (blocks or spelled words, ``unit``) and in ms, the compute (encoder, adapter, LLM), the audio's
+    duration, and what a CTC head spelled (``heard``)."""
     out = out or sys.stdout  # looked up now: a default bound at import would keep a replaced stdout
     audio = read_audio(path)
     session = speech.session(**session_kwargs)

@@ -615,9 +615,10 @@ def load_model(
     model, tokenizer = loaded
     mark_special_tokens(tokenizer)  # e.g. <start_of_image>, stored as user-defined in the GGUF, is special
     resolved = resolve_adapter(adapter, name, pair)
-    if resolved is None and adapter is not None and adapter.lower() == AUTO and other_pairs(name):
+    shipped = other_pairs(name) if resolved is None and pair is not None and str(adapter).lower() == AUTO else []
+    if shipped:  # "auto" found none for this pair, where the model has some for others
         print(f"simulmt: no shipped adapter of {name} translates {pair[0]}->{pair[1]} (it has "
-              f"{', '.join(other_pairs(name))}): the bare model, prompted for {pair[0]}->{pair[1]}", file=sys.stderr)
+              f"{', '.join(shipped)}): the bare model, prompted for {pair[0]}->{pair[1]}", file=sys.stderr)
     if resolved is not None:
         model = _load_adapter(model, resolved[1], merge_adapter, tokenizer)
     device = device or ("cuda" if torch.cuda.is_available() and not packed else "cpu")

@@ -67,9 +67,9 @@ class Translator:
              target_lang: str = "de", use_chat_template: bool = True, fuse: bool = True,
              execution: Execution = Execution(), **load_kwargs) -> "Translator":
         """``adapter="auto"``: the shipped adapter of the model for this language pair, if it has one
-        (:mod:`simulmt.adapters`). ``fuse``: run each RMSNorm as one operation and a gated MLP's gate and up projections as one product
-        (``simulmt.core.fused_layers``: the same outputs, fewer operations per forward), unless the adapter is
-        left unmerged (``merge_adapter=False``, to train it)."""
+        (:mod:`simulmt.adapters`). ``fuse``: run each RMSNorm as one operation and a gated MLP's gate and up projections
+        as one product (``simulmt.core.fused_layers``: the same outputs, fewer operations per forward), unless the
+        adapter is left unmerged (``merge_adapter=False``, to train it)."""
         from simulmt.models import DEFAULT_MODEL, load_model
 
         loaded = load_model(model or DEFAULT_MODEL, adapter, pair=(source_lang, target_lang), **load_kwargs)

@@ -60,17 +60,57 @@ def test_recordings_of_any_rate_width_channels_and_container_read_as_the_same_16
     assert error < within, f"{name}: relative error {error:.4f}"  # channels averaged, not summed; aligned in time
 
 
-def test_a_16k_mono_16bit_wav_is_read_as_it_is(tmp_path):
+def test_a_16k_mono_16bit_wav_is_read_as_it_is(tmp_path, monkeypatch):
+    from simulmt.speech import wav
+
     pcm = (tone(16000) * 32767).astype(np.int16)
     write_wav(tmp_path / "a.wav", pcm, 16000)
+    decoded = wav.decode_audio(tmp_path / "a.wav")
+    monkeypatch.setattr(wav, "decode_audio", lambda path: pytest.fail("FFmpeg was asked to decode a plain WAV"))
     assert np.array_equal(read_audio(str(tmp_path / "a.wav")), pcm)
+    assert np.array_equal(decoded, pcm)  # (and FFmpeg reads the same samples)
+
+
+def test_a_wav_whose_sizes_were_never_written_is_read_whole(tmp_path):
+    """A recorder stopped mid-file leaves 0 in the header's sizes: FFmpeg reads the samples that are there."""
+    pcm = (tone(16000) * 32767).astype(np.int16)
+    write_wav(tmp_path / "cut.wav", pcm, 16000)
+    data = bytearray((tmp_path / "cut.wav").read_bytes())
+    assert data[36:40] == b"data"
+    data[4:8] = data[40:44] = (0).to_bytes(4, "little")
+    (tmp_path / "cut.wav").write_bytes(bytes(data))
+    assert np.array_equal(read_audio(tmp_path / "cut.wav"), pcm)
+
+
+def test_a_damaged_stretch_in_the_middle_costs_only_that_stretch(tmp_path, capsys):
+    encode(tmp_path / "talk.mp3", "libmp3lame", 44100, 2)
+    data = bytearray((tmp_path / "talk.mp3").read_bytes())
+    third = len(data) // 3
+    data[third:third + 2000] = np.random.default_rng(0).integers(0, 256, 2000, dtype=np.uint8).tobytes()
+    (tmp_path / "talk.mp3").write_bytes(bytes(data))
+    samples = read_audio(tmp_path / "talk.mp3")
+    assert len(samples) >= 0.8 * len(tone(16000))  # the audio after the damage is there too
+    assert "damaged packet(s) of its audio skipped" in capsys.readouterr().err
+
+
+def test_a_pipe_is_decoded(tmp_path):
+    import os
+    import threading
+
+    encode(tmp_path / "talk.flac", "flac", 16000, 1)
+    os.mkfifo(tmp_path / "pipe")
+    writer = threading.Thread(target=lambda: (tmp_path / "pipe").write_bytes((tmp_path / "talk.flac").read_bytes()))
+    writer.start()
+    samples = read_audio(tmp_path / "pipe")
+    writer.join()
+    assert np.array_equal(samples, read_audio(tmp_path / "talk.flac"))
 
 
 def test_files_it_cannot_use_are_clear_errors(tmp_path):
     with pytest.raises(SimulmtError, match="audio file not found: .*missing.wav"):
         read_audio(tmp_path / "missing.wav")
     (tmp_path / "folder.wav").mkdir()
-    with pytest.raises(SimulmtError, match="folder.wav: not a file"):
+    with pytest.raises(SimulmtError, match="folder.wav is a folder, not a recording"):
         read_audio(tmp_path / "folder.wav")
     (tmp_path / "noise.wav").write_bytes(np.random.default_rng(0).integers(0, 256, 4000, dtype=np.uint8).tobytes())
     with pytest.raises(SimulmtError, match="noise.wav: not an audio file FFmpeg can decode"):
@@ -109,11 +149,25 @@ def test_bench_audio_takes_a_recording_by_its_extension_or_a_list_of_them(tmp_pa
     (tmp_path / "clips.list").write_text("a.flac\n\nb.mp3\n")
     assert audio_files(str(tmp_path / "clips.list")) == [tmp_path / "a.flac", tmp_path / "b.mp3"]
     (tmp_path / "clip.raw").write_bytes(bytes(range(128, 256)) * 10)  # not text, not a known extension
-    with pytest.raises(SimulmtError, match="neither a list of audio files .* nor a recording"):
+    with pytest.raises(SimulmtError, match="clip.raw .or a recording: its extension should be one of .*line 1"):
         audio_files(str(tmp_path / "clip.raw"))
+    (tmp_path / "elsewhere").mkdir()  # a list linked from another folder: its names are relative to the list itself
+    (tmp_path / "elsewhere" / "link.list").symlink_to(tmp_path / "clips.list")
+    assert audio_files(str(tmp_path / "elsewhere" / "link.list")) == [tmp_path / "a.flac", tmp_path / "b.mp3"]
     (tmp_path / "empty.list").write_text("\n")
     with pytest.raises(SimulmtError, match="names no audio file"):
         audio_files(str(tmp_path / "empty.list"))
     (tmp_path / "gone.list").write_text("a.flac\nmissing.wav\n")
     with pytest.raises(SimulmtError, match="1 file.s. not found, e.g. .*missing.wav"):
         audio_files(str(tmp_path / "gone.list"))
+
+
+def test_evaluate_source_audio_given_a_recording_says_it_takes_a_list(tmp_path):
+    from simulmt.evaluation.testset import read_audio_test_set
+
+    encode(tmp_path / "talk.mp3", "libmp3lame", 44100, 2)
+    (tmp_path / "ref.de").write_text("Ein Ton.\n")
+    with pytest.raises(SimulmtError, match="takes a list of recordings, one path per line .* not a recording"):
+        read_audio_test_set(tmp_path / "talk.mp3", tmp_path / "ref.de")
+    (tmp_path / "talk.list").write_text("talk.mp3\n")
+    assert read_audio_test_set(tmp_path / "talk.list", tmp_path / "ref.de").sources == [str(tmp_path / "talk.mp3")]

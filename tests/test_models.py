@@ -235,7 +235,6 @@ def test_shipped_adapter_resolution():
         assert resolve_adapter(name, base) == (label, path)
 
 
-
 def test_auto_takes_a_shipped_adapter_only_for_its_language_pair(tiny_checkpoint, tiny_adapter, tmp_path,
                                                                   monkeypatch, capsys):
     """An English-to-German adapter is not put on a German-to-English request: ``auto`` then gives the bare model
@@ -253,8 +252,11 @@ def test_auto_takes_a_shipped_adapter_only_for_its_language_pair(tiny_checkpoint
     assert adapters.default_adapter(str(tiny_checkpoint), ("de", "en")) is None
     with pytest.raises(SimulmtError, match="unknown language 'xx'"):
         adapters.default_adapter(str(tiny_checkpoint), ("en", "xx"))
+    assert adapters.named_adapter("auto", str(tiny_checkpoint), ("en", "de")) == "tiny-en-de"  # (--init-adapter)
+    assert adapters.named_adapter("AUTO", str(tiny_checkpoint), ("de", "en")) is None
+    assert adapters.named_adapter("some/dir", str(tiny_checkpoint), ("de", "en")) == "some/dir"
     assert load_model(str(tiny_checkpoint), "auto", pair=("en", "de")).adapter == "tiny-en-de"
-    capsys.readouterr()
+    assert "no shipped adapter" not in capsys.readouterr().err
     assert load_model(str(tiny_checkpoint), "auto", pair=("fr", "en")).adapter is None
     said = capsys.readouterr().err
     assert "translates fr->en" in said and "tiny-en-de (en->de)" in said and "the bare model" in said

@@ -237,6 +237,11 @@ def test_the_simuleval_speech_agent_gives_what_the_session_gives():
     alone = sp.translate(x, "interleaved", WaitK(2))
     assert " ".join(written) == alone.prediction == agent.translations[0].prediction
     assert all(s >= d - 1e-6 for s, d in zip(sent, alone.delays_ms))
+    from simuleval.data.segments import SpeechSegment
+
+    other = SimulmtSpeechAgent(Namespace(layout="interleaved", policy="wait-k", k=2), speech=sp)
+    with pytest.raises(SimulmtError, match="at 44100 Hz with 1 channel.*takes 16 kHz mono"):  # SimulEval read the
+        other.pushpop(SpeechSegment(content=x[:4410].tolist(), sample_rate=44100, finished=False))  # file as it is
 
 
 def test_bench_on_audio_measures_rtf_and_streaming_against_offline(tmp_path, monkeypatch, capsys):

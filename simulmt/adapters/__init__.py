@@ -19,8 +19,8 @@ from pathlib import Path
 
 from simulmt.errors import SimulmtError
 
-__all__ = ["AUTO", "NONE", "PAIRS", "SHIPPED", "default_adapter", "other_pairs", "resolve_adapter", "shipped_adapter_names",
-           "save_bfloat16_weights"]
+__all__ = ["AUTO", "NONE", "PAIRS", "SHIPPED", "default_adapter", "named_adapter", "other_pairs", "resolve_adapter",
+           "shipped_adapter_names", "save_bfloat16_weights"]
 
 AUTO, NONE = "auto", "none"
 
@@ -66,6 +66,14 @@ def other_pairs(model: str) -> list[str]:
     """The shipped adapters of ``model`` as "name (source->target)": what a request for another pair is told."""
     return [f"{name} ({PAIRS[name][0]}->{PAIRS[name][1]})" for name, base in SHIPPED.items()
             if base == model and _shipped_path(name) is not None]
+
+
+def named_adapter(adapter: str | None, model: str, pair: tuple[str, str]) -> str | None:
+    """``adapter`` with ``"auto"`` made a name (the shipped adapter of ``model`` for the language ``pair``, or None):
+    what a run that starts from an adapter (``--init-adapter``) resolves once, before it passes the name on."""
+    if adapter is not None and adapter.lower() == AUTO:
+        return default_adapter(model, pair)
+    return adapter
 
 
 def resolve_adapter(adapter: str | None, model: str, pair: tuple[str, str] | None = None) -> tuple[str, Path] | None:

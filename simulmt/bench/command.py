@@ -92,8 +92,8 @@ class BenchOptions:
                 "and policy; give --lines at least 4 x the largest count)", "metavar": "LIST"})
     audio: str | None = field(default=None, metadata={
         "help": "speech instead of text: a recording (WAV, FLAC, MP3, ...) or a list of them (one per line); "
-                "measures RTF, encoder ms per audio second and LLM ms per target token, streaming vs offline (--policy wait-k,learned; "
-                "--speech-model)", "metavar": "AUDIO|LIST"})
+                "measures RTF, encoder ms per audio second and LLM ms per target token, streaming vs offline "
+                "(--policy wait-k,learned; --speech-model)", "metavar": "AUDIO|LIST"})
     speech_model: str | None = field(default=None, metadata={
         "help": "with --audio: an end-to-end speech model folder (EASiST) instead of the Whisper recogniser "
                 "feeding the text model (the default; its layout: the first of --layouts)", "metavar": "DIR"})

@@ -1,6 +1,6 @@
 """``simulmt bench --audio``: what streaming speech translation costs, measured in one run with a real model.
 
-For every utterance (a WAV file), one warm-up run first, then:
+For every utterance (a recording: ``wav.read_audio``), one warm-up run first, then:
 
 * **offline**: read every block, then write (the interleaved layout with the offline policy);
 * every **configuration** (wait-k over blocks, or over spelled words, the learned policy at a threshold), freely,
@@ -162,20 +162,19 @@ def print_report(bench: dict, out: TextIO) -> None:
 
 
 def audio_files(path: str) -> list[Path]:
-    """An audio file (by its extension: ``wav.AUDIO_SUFFIXES``), or a list of audio files (one per line, relative to
-    the list's folder)."""
+    """A recording (by its extension: ``wav.AUDIO_SUFFIXES``), or a list of recordings: one path per line, relative
+    to the list's folder, read as ``evaluate --source-audio`` reads its list (``text_input``'s rule)."""
     from simulmt.speech.wav import AUDIO_SUFFIXES
+    from simulmt.text.text_input import require_text, split_lines
 
     p = Path(path)
     if not p.is_file():
         raise SimulmtError(f"--audio: not found: {path}")
     if p.suffix.lower() in AUDIO_SUFFIXES:
         return [p]
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise SimulmtError(f"--audio {path}: neither a list of audio files (one path per line) nor a recording with "
-                           f"one of the extensions {', '.join(sorted(AUDIO_SUFFIXES))}") from None
+    p = p.resolve()
+    lines = require_text(split_lines(p.read_bytes()), f"the --audio list {path} (or a recording: its extension "
+                                                      f"should be one of {', '.join(sorted(AUDIO_SUFFIXES))})")
     files = [(p.parent / line.strip()) for line in lines if line.strip()]
     if not files:
         raise SimulmtError(f"--audio {path}: the list names no audio file")

@@ -34,7 +34,7 @@ Read it bottom up, each file one concept:
 
 * ``runs``: one run of the grid (``RunSpec``: a layout, a policy, its k, n or tau; ``RunResult``);
 * ``options``: ``EvaluateOptions`` and ``ScoreOptions``, the typed options of ``simulmt evaluate`` / ``score``;
-* ``testset``: the line-aligned source (text, or a list of WAV files) and references, with their hashes;
+* ``testset``: the line-aligned source (text, or a list of recordings) and references, with their hashes;
 * ``run_dir``: a run directory: config.json, the resumable instances.log, its lock, ``translate_run``;
 * ``scores``: scores.json, a pure function of the log and the recorded settings;
 * ``reports``: the grid's results.md, results.json, bleu_laal.png (drawn by ``plots``) and the table on the terminal;

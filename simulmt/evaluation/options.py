@@ -25,9 +25,10 @@ class EvaluateOptions:
         "help": "source text, one sentence per line (required, unless --source-audio)", "metavar": "FILE"})
     source_audio: str | None = field(default=None, metadata={
         "help": "speech input instead of text: a file listing recordings (WAV, FLAC, MP3, ...: any rate, resampled "
-                "to 16 kHz mono), one per line (relative to the list), line-aligned with --reference; heard by a streaming Whisper recogniser (--asr-model) that "
-                "feeds the text model, or by --speech-model. Delays and latencies are then in ms of audio, and "
-                "*_CA adds the compute time (the recogniser's included)", "metavar": "LIST"})
+                "to 16 kHz mono), one per line (relative to the list), line-aligned with --reference; heard by a "
+                "streaming Whisper recogniser (--asr-model) that feeds the text model, or by --speech-model. Delays "
+                "and latencies are then in ms of audio, and *_CA adds the compute time (the recogniser's included)",
+        "metavar": "LIST"})
     asr_model: str = field(default="tiny.en", metadata={
         "help": "with --source-audio: the recogniser (a packaged Whisper: tiny.en, base; or a CTranslate2 folder)",
         "metavar": "NAME|DIR"})

@@ -24,6 +24,8 @@ import numpy as np
 from simulmt.evaluation.simuleval_agent import SimulEvalMissingError  # noqa: F401 (the install hint without SimulEval)
 from simulmt.speech.loading import load_speech
 from simulmt.speech.model import SpeechTranslation
+from simulmt.speech.wav import RATE
+from simulmt.errors import SimulmtError
 
 from simuleval.agents import SpeechToTextAgent  # noqa: E402  (importable: the import above checked SimulEval)
 from simuleval.agents.actions import Action, ReadAction, WriteAction  # noqa: E402
@@ -88,6 +90,11 @@ class SimulmtSpeechAgent(SpeechToTextAgent):
         session = states.session
         new = np.asarray(states.source[states.pushed:], dtype=np.float32)
         states.pushed = len(states.source)
+        if len(new) and (states.source_sample_rate != RATE or new.ndim != 1):  # (SimulEval reads the files itself)
+            raise SimulmtError(f"SimulEval sends this file's audio at {states.source_sample_rate} Hz with "
+                               f"{1 if new.ndim == 1 else new.shape[-1]} channel(s); the speech agent takes 16 kHz "
+                               f"mono: convert the files first (sox IN.wav -r 16000 -c 1 OUT.wav), or run simulmt "
+                               f"evaluate --source-audio, which reads any recording")
         written = [w.text for w in session.push_audio(new)] if len(new) else []
         if states.source_finished:
             written += [w.text for w in session.finish()]

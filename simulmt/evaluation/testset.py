@@ -1,4 +1,4 @@
-"""The test set: line-aligned sources (text, or a list of WAV files) and references, stripped as SimulEval reads
+"""The test set: line-aligned sources (text, or a list of recordings) and references, stripped as SimulEval reads
 them, with the SHA-256 of each file (a run directory records them)."""
 
 from __future__ import annotations
@@ -53,6 +53,11 @@ def _paired_lines(source: str | Path, reference: str | Path, lines: int | None, 
 def read_audio_test_set(audio_list: str | Path, reference: str | Path, lines: int | None = None) -> TestSet:
     """A list of recordings (one path per line, relative to the list's folder) and the line-aligned references;
     every file is checked to exist before anything runs."""
+    from simulmt.speech.wav import AUDIO_SUFFIXES
+
+    if Path(audio_list).suffix.lower() in AUDIO_SUFFIXES:
+        raise SimulmtError(f"--source-audio takes a list of recordings, one path per line (line-aligned with the "
+                           f"references), not a recording: {audio_list} (for one file: simulmt translate --audio)")
     test_set = _paired_lines(audio_list, reference, lines, "audio list")
     paths = [str((test_set.source_path.parent / e).resolve()) for e in test_set.sources]
     missing = [(i, p) for i, p in enumerate(paths, 1) if not Path(p).is_file()]

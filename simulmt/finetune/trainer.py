@@ -490,6 +490,11 @@ def finetune(options: FinetuneOptions, *, translator=None, callbacks: tuple = ()
         dev = data.parallel_files(options.dev_source, options.dev_reference, options.eval_lines, what="dev data")
 
     model_name = options.model or DEFAULT_MODEL
+    if options.init_adapter is not None:  # "auto": the shipped adapter for this language pair, if any
+        from simulmt.adapters import named_adapter
+
+        options = dataclasses.replace(options, init_adapter=named_adapter(options.init_adapter, model_name,
+                                                                          (options.source_lang, options.target_lang)))
     if options.recipe == "policy-head":  # a head on the frozen model with its adapter: no Trainer
         from simulmt.finetune.policy_head import train_policy_head
 

@@ -17,6 +17,7 @@ The run directory::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -71,6 +72,11 @@ def train(options: RLOptions, *, translator=None, progress: bool | None = None) 
     checkpoint = out / "checkpoint"
     state = _check_output(options, out, checkpoint)
     model_name = options.model or DEFAULT_MODEL
+    if options.init_adapter is not None:  # "auto": the shipped adapter for this language pair, if any
+        from simulmt.adapters import named_adapter
+
+        options = dataclasses.replace(options, init_adapter=named_adapter(options.init_adapter, model_name,
+                                                                          (options.source_lang, options.target_lang)))
     if options.init_adapter is not None:
         warm_adapter(options.init_adapter, model_name)  # refused now, not after the run
     pairs = data.parallel_files(options.train_source, options.train_target, options.limit)

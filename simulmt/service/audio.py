@@ -98,9 +98,12 @@ def _resampler(rate: int):
         raise SimulmtError(f"audio_rate must be within 8000..192000 Hz, got {rate}")
     try:
         import av
+
+        from simulmt.speech.wav import resampler_to_16k
     except ImportError:
-        raise SimulmtError(f"audio at {rate} Hz needs resampling (PyAV: pip install av); or send 16 kHz") from None
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
+        raise SimulmtError(f"audio at {rate} Hz needs resampling (PyAV: pip install 'simulmt[speech]'); or send "
+                           f"16 kHz") from None
+    resampler = resampler_to_16k()
 
     def resample(samples: np.ndarray) -> np.ndarray:
         frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")

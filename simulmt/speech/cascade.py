@@ -100,8 +100,8 @@ class CascadeTranslator:
         return play(self.session(layout, policy, **kwargs), audio, piece_ms or self.options.step_ms)
 
     def translate_iter(self, paths, batch_size: int = 1, **kwargs):
-        """WAV files -> results in input order (an unreadable file: a result with ``error`` set). ``batch_size``
-        1: each file as a live stream; more: each file's recognition first, then the sentences of up to
+        """Recordings (``wav.read_audio``) -> results in input order (an unreadable file: a result with ``error`` set).
+        ``batch_size`` 1: each file as a live stream; more: each file's recognition first, then the sentences of up to
         ``batch_size`` files' on one engine (the same words and delays; ``elapsed``: the engine's time plus the
         recogniser's compute up to the update that confirmed the word's last source word)."""
         from simulmt.speech.wav import read_audio

@@ -205,10 +205,10 @@ class SpeechTranslator:
         return self.translator.dtype
 
     def translate_iter(self, paths, batch_size: int = 1, **kwargs):
-        """``Translator.translate_iter`` for WAV files, results in input order; a file that fails gives a result
-        with ``error`` set. ``batch_size`` 1: one utterance at a time, fed as a live stream (so *_CA measures what
-        one live stream costs); more: that many utterances advanced together on the model (``_translate_batched``:
-        the same predictions and delays)."""
+        """``Translator.translate_iter`` for recordings (``wav.read_audio``), results in input order; a file that fails
+        gives a result with ``error`` set. ``batch_size`` 1: one utterance at a time, fed as a live stream (so *_CA
+        measures what one live stream costs); more: that many utterances advanced together on the model
+        (``_translate_batched``: the same predictions and delays)."""
         from simulmt.speech.wav import read_audio
 
         layout, policy = kwargs.pop("layout", "interleaved"), kwargs.pop("policy", "wait-k")

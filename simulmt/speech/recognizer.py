@@ -34,8 +34,8 @@ from simulmt.core.sentence_ends import ends_sentence
 from simulmt.speech.align_att import AlignAtt
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
 from simulmt.speech.voice_activity import Silero, VoiceActivity
+from simulmt.speech.wav import RATE
 
-RATE = 16000
 DEFAULT_PAUSE_MS = 700  # RecognizerOptions.pause_ms, and every tool's --asr-pause-ms (docs/speech-recogniser.md)
 POLICIES = ("local-agreement", "alignatt")  # RecognizerOptions.policy
 SPEECH_PAD_MS = 200  # at a pause, the audio decoded runs this far past the last speech window

@@ -11,7 +11,7 @@ error. The corpus synthesiser writes its utterances with ``write_wav``.
 
 from __future__ import annotations
 
-import warnings
+import sys
 import wave
 from pathlib import Path
 
@@ -39,55 +39,77 @@ def write_wav(path: str | Path, audio: np.ndarray, sample_rate: int) -> None:
 
 
 RATE = 16000  # what every recogniser and speech model here reads
-AUDIO_SUFFIXES = frozenset({".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".m4a", ".aac", ".webm", ".mka", ".mp4",
-                            ".mkv", ".mov", ".aif", ".aiff", ".wma"})  # where a path may be a recording or a list
-# of them (``bench --audio``): these are recordings
+# extensions of recordings, where a path may name a recording or a list of them (``bench --audio``)
+AUDIO_SUFFIXES = frozenset({".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".m4a", ".aac", ".webm", ".mka",
+                            ".mp4", ".mkv", ".mov", ".aif", ".aiff", ".wma"})
 
 
 def read_audio(path: str | Path) -> np.ndarray:
-    """A recording as 16 kHz mono int16 samples (see above), or a clear error."""
-    if not Path(path).is_file():
-        raise SimulmtError(f"audio file not found: {path}" if not Path(path).exists() else f"{path}: not a file")
-    try:
-        samples, rate = read_wav(path)
-    except Exception:  # noqa: BLE001 - not a 16-bit mono WAV file (wave.Error, EOFError, ...): FFmpeg decodes it
-        samples, rate = None, None
-    if samples is None or rate != RATE:
-        samples = decode_audio(path)
+    """A recording as 16 kHz mono int16 samples (see above), or a clear error. A pipe (``/dev/stdin``) is decoded
+    by FFmpeg."""
+    p = Path(path)
+    if not p.exists():
+        raise SimulmtError(f"audio file not found: {path}")
+    if p.is_dir():
+        raise SimulmtError(f"{path} is a folder, not a recording")
+    samples = _plain_wav(p) if p.is_file() else None  # (a pipe is read once: FFmpeg reads it)
+    if samples is None:
+        samples = decode_audio(p)
     if len(samples) == 0:
         raise SimulmtError(f"{path}: the audio is empty")
     return samples
 
 
+def _plain_wav(path: Path) -> np.ndarray | None:
+    """The samples of a 16 kHz mono 16-bit WAV file as they are; None for anything else, FFmpeg's to decode (another
+    format, rate or width; a header whose sizes were never written, as a recorder stopped mid-file leaves them)."""
+    try:
+        samples, rate = read_wav(path)
+    except (wave.Error, EOFError, ValueError, SimulmtError):
+        return None
+    except OSError as exc:
+        raise SimulmtError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    return samples if rate == RATE and len(samples) else None
+
+
+def resampler_to_16k():
+    """A libswresample resampler (PyAV) to 16 kHz mono 16-bit samples, channels averaged: files here, the service's
+    frames (service/audio.py). It keeps its state between the pieces given to it."""
+    import av
+
+    return av.AudioResampler(format="s16", layout="mono", rate=RATE)
+
+
 def decode_audio(path: str | Path) -> np.ndarray:
-    """Any recording FFmpeg reads -> 16 kHz mono int16 samples: its first audio stream decoded, mixed down and
-    resampled (libswresample, through PyAV). Decoding stops at data that cannot be decoded; what came before it is
-    kept, with a warning (a damaged end of an MP3 file), unless nothing did."""
+    """Any recording FFmpeg reads -> 16 kHz mono int16 samples: its first audio stream decoded packet by packet,
+    mixed down and resampled. A damaged packet (a few ms of a damaged MP3) is skipped and the rest decoded; how many
+    were skipped is said on stderr."""
     try:
         import av
     except ImportError:
         raise SimulmtError(f"{path}: only 16 kHz mono 16-bit WAV files are read without PyAV: pip install "
                            f"'simulmt[speech]' (or convert it: sox {path} -r 16000 -c 1 -b 16 out.wav)") from None
     pieces: list[np.ndarray] = []
+    damaged = 0
     try:
         with av.open(str(path), metadata_errors="ignore") as container:
             if not container.streams.audio:
                 raise SimulmtError(f"{path}: it holds no audio stream")
-            resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
-            frames = container.decode(audio=0)
-            while True:
+            stream = container.streams.audio[0]
+            resampler = resampler_to_16k()
+            for packet in container.demux(stream):  # (the last packet is empty: it flushes the decoder)
                 try:
-                    frame = next(frames)
-                except StopIteration:
-                    break
-                except av.error.InvalidDataError as exc:
-                    if not pieces:
-                        raise
-                    warnings.warn(f"{path}: decoding stopped at invalid data ({exc}); the audio before it is used",
-                                  stacklevel=2)
-                    break
-                pieces += [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
+                    frames = packet.decode()
+                except av.error.InvalidDataError:
+                    damaged += 1
+                    continue
+                for frame in frames:
+                    pieces += [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
             pieces += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]  # what the resampler holds
-    except av.error.FFmpegError as exc:
+    except (av.error.FFmpegError, ValueError) as exc:
         raise SimulmtError(f"{path}: not an audio file FFmpeg can decode ({exc})") from None
-    return np.concatenate(pieces).astype(np.int16) if pieces else np.zeros(0, dtype=np.int16)
+    samples = np.concatenate(pieces).astype(np.int16) if pieces else np.zeros(0, dtype=np.int16)
+    if damaged:
+        print(f"simulmt: {path}: {damaged} damaged packet(s) of its audio skipped; {len(samples) / RATE:.2f} s "
+              f"decoded", file=sys.stderr)
+    return samples
