@@ -40,7 +40,7 @@ from simulmt.core.talk import ContextWindow
 from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
 from simulmt.core.session import Translation, WrittenWord
 from simulmt.core.stream_options import StreamOptions
-from simulmt.speech.wav import read_audio
+from simulmt.speech.wav import audio_pieces, probe_audio
 from simulmt.text.text_input import Line, read_lines, stream_lines
 
 if typing.TYPE_CHECKING:
@@ -400,15 +400,14 @@ def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: T
     """``simulmt translate --audio FILE [--speech-model DIR]``: words appear as the audio plays, with their audio
     time.
 
-    The recording (``read_audio``: any format FFmpeg decodes, as 16 kHz mono) is fed to a speech session (the recogniser
-    cascade, ``simulmt.speech.cascade``, or an end-to-end speech model) in pieces of one recogniser step (or one encoder
-    block), as a live stream would arrive; each written word is printed with the audio time it was written at (the
-    delay: when the last source word read before it was confirmed; for an end-to-end model, when its last block read was
-    available) and the wall time spent so far. ``--jsonl`` prints one JSON object for the file: the prediction, delays
-    in source units (blocks or spelled words, ``unit``) and in ms, the compute (encoder, adapter, LLM), the audio's
-    duration, and what a CTC head spelled (``heard``)."""
+    The recording (``audio_pieces``: any format FFmpeg decodes, as 16 kHz mono, decoded as it goes) is fed to a speech
+    session (the recogniser cascade, ``simulmt.speech.cascade``, or an end-to-end speech model) in pieces of one
+    recogniser step (or one encoder block), as a live stream would arrive; each written word is printed with the audio
+    time it was written at (the delay: when the last source word read before it was confirmed; for an end-to-end model,
+    when its last block read was available) and the wall time spent so far. ``--jsonl`` prints one JSON object for the
+    file: the prediction, delays in source units (blocks or spelled words, ``unit``) and in ms, the compute (encoder,
+    adapter, LLM), the audio's duration, and what a CTC head spelled (``heard``)."""
     out = out or sys.stdout  # looked up now: a default bound at import would keep a replaced stdout
-    audio = read_audio(path)
     session = speech.session(**session_kwargs)
     step = int(16 * speech.piece_ms)  # pieces of one block (EASiST) or one recogniser step, as live audio comes
 
@@ -418,8 +417,8 @@ def translate_audio(speech, path: str, session_kwargs: dict, jsonl: bool, out: T
                 print(f"[{session.delay_ms(word) / 1000:6.2f} s audio | {word.elapsed_ms / 1000:6.2f} s wall] "
                       f"{word.text}", file=out, flush=True)
 
-    for start in range(0, len(audio), step):
-        show(session.push_audio(audio[start:start + step]))
+    for piece in audio_pieces(path, step):  # decoded as it is fed: a recording of any length in bounded memory
+        show(session.push_audio(piece))
     show(session.finish())
     result = session.result()
     if jsonl:
@@ -443,7 +442,7 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
     from simulmt.speech.loading import load_speech
 
     try:
-        read_audio(options.audio)  # a bad file fails before the model loads
+        probe_audio(options.audio)  # a bad file fails before the model loads
         speech, defaults = load_speech(options.speech_model, model=options.model, adapter=options.adapter,
                                        asr_model=options.asr_model, asr_step_ms=options.asr_step_ms,
                                        asr_pause_ms=options.asr_pause_ms, asr_policy=options.asr_policy,

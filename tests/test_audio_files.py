@@ -171,3 +171,27 @@ def test_evaluate_source_audio_given_a_recording_says_it_takes_a_list(tmp_path):
         read_audio_test_set(tmp_path / "talk.mp3", tmp_path / "ref.de")
     (tmp_path / "talk.list").write_text("talk.mp3\n")
     assert read_audio_test_set(tmp_path / "talk.list", tmp_path / "ref.de").sources == [str(tmp_path / "talk.mp3")]
+
+
+@pytest.mark.parametrize("name,codec,rate", [("plain.wav", "pcm_s16le", 16000), ("talk.flac", "flac", 44100)])
+def test_pieces_decoded_as_they_go_are_the_samples_read_whole(tmp_path, monkeypatch, name, codec, rate):
+    from simulmt.speech import wav
+
+    monkeypatch.setattr(wav, "CHUNK", 3000)  # (a plain WAV file read in several chunks)
+    encode(tmp_path / name, codec, rate, 1)
+    whole = read_audio(tmp_path / name)
+    pieces = list(wav.audio_pieces(tmp_path / name, 7000))
+    assert [len(x) for x in pieces[:-1]] == [7000] * (len(pieces) - 1) and 0 < len(pieces[-1]) <= 7000
+    assert np.array_equal(np.concatenate(pieces), whole)
+
+
+def test_probe_audio_fails_before_anything_runs(tmp_path):
+    from simulmt.speech.wav import probe_audio
+
+    encode(tmp_path / "talk.flac", "flac", 16000, 1)
+    probe_audio(tmp_path / "talk.flac")
+    (tmp_path / "notes.txt").write_text("not a recording")
+    with pytest.raises(SimulmtError, match="not an audio file FFmpeg can decode"):
+        probe_audio(tmp_path / "notes.txt")
+    with pytest.raises(SimulmtError, match="audio file not found"):
+        probe_audio(tmp_path / "gone.wav")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import wave
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -47,29 +48,82 @@ AUDIO_SUFFIXES = frozenset({".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".
 def read_audio(path: str | Path) -> np.ndarray:
     """A recording as 16 kHz mono int16 samples (see above), or a clear error. A pipe (``/dev/stdin``) is decoded
     by FFmpeg."""
+    chunks = list(audio_chunks(path))
+    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+
+
+def probe_audio(path: str | Path) -> None:
+    """Fail now, with ``audio_chunks``' error, if the recording cannot be read: a file's first chunk is decoded (a
+    pipe, which can be read once, is only checked to exist)."""
+    if Path(path).is_file():
+        chunks = audio_chunks(path)
+        next(chunks)
+        chunks.close()
+    elif not Path(path).exists():
+        raise SimulmtError(f"audio file not found: {path}")
+
+
+def audio_pieces(path: str | Path, size: int) -> Iterator[np.ndarray]:
+    """The recording in consecutive pieces of ``size`` samples (the last one shorter), decoded as they are asked for:
+    a recording of any length in bounded memory (``translate --audio``), the samples ``read_audio`` gives."""
+    held: list[np.ndarray] = []
+    count = 0
+    for chunk in audio_chunks(path):
+        held.append(chunk)
+        count += len(chunk)
+        if count >= size:
+            joined = np.concatenate(held)
+            whole = len(joined) // size * size
+            yield from np.split(joined[:whole], whole // size)
+            held, count = [joined[whole:]], len(joined) - whole
+    if count:
+        yield np.concatenate(held)
+
+
+def audio_chunks(path: str | Path) -> Iterator[np.ndarray]:
+    """The recording as 16 kHz mono int16 chunks in the sizes they are decoded in; a missing file, a folder, a file
+    with no audio and an empty recording are errors (before the first chunk, or at the end for an empty one)."""
     p = Path(path)
     if not p.exists():
         raise SimulmtError(f"audio file not found: {path}")
     if p.is_dir():
         raise SimulmtError(f"{path} is a folder, not a recording")
-    samples = _plain_wav(p) if p.is_file() else None  # (a pipe is read once: FFmpeg reads it)
-    if samples is None:
-        samples = decode_audio(p)
-    if len(samples) == 0:
+    chunks = _plain_wav(p) if p.is_file() else None  # (a pipe is read once: FFmpeg reads it)
+    empty = True
+    for chunk in chunks if chunks is not None else _decoded(p):
+        if len(chunk):
+            empty = False
+            yield chunk
+    if empty:
         raise SimulmtError(f"{path}: the audio is empty")
-    return samples
 
 
-def _plain_wav(path: Path) -> np.ndarray | None:
-    """The samples of a 16 kHz mono 16-bit WAV file as they are; None for anything else, FFmpeg's to decode (another
-    format, rate or width; a header whose sizes were never written, as a recorder stopped mid-file leaves them)."""
+CHUNK = 10 * RATE  # samples a plain WAV file is read in
+
+
+def _plain_wav(path: Path) -> Iterator[np.ndarray] | None:
+    """The samples of a 16 kHz mono 16-bit WAV file as they are, in chunks; None for anything else, FFmpeg's to
+    decode (another format, rate or width; a header whose sizes were never written, as a recorder stopped mid-file
+    leaves them)."""
     try:
-        samples, rate = read_wav(path)
-    except (wave.Error, EOFError, ValueError, SimulmtError):
+        f = wave.open(str(path), "rb")
+    except (wave.Error, EOFError, ValueError):
         return None
     except OSError as exc:
         raise SimulmtError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    return samples if rate == RATE and len(samples) else None
+    if (f.getnchannels(), f.getsampwidth(), f.getframerate()) != (1, 2, RATE) or f.getnframes() == 0:
+        f.close()
+        return None
+
+    def chunks() -> Iterator[np.ndarray]:
+        with f:
+            while True:
+                data = f.readframes(CHUNK)
+                if not data:
+                    return
+                yield np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2").astype(np.int16)
+
+    return chunks()
 
 
 def resampler_to_16k():
@@ -81,16 +135,21 @@ def resampler_to_16k():
 
 
 def decode_audio(path: str | Path) -> np.ndarray:
-    """Any recording FFmpeg reads -> 16 kHz mono int16 samples: its first audio stream decoded packet by packet,
+    """Any recording FFmpeg reads -> 16 kHz mono int16 samples, whole (``_decoded``)."""
+    chunks = list(_decoded(Path(path)))
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
+
+
+def _decoded(path: Path) -> Iterator[np.ndarray]:
+    """Any recording FFmpeg reads, as 16 kHz mono int16 chunks: its first audio stream decoded packet by packet,
     mixed down and resampled. A damaged packet (a few ms of a damaged MP3) is skipped and the rest decoded; how many
-    were skipped is said on stderr."""
+    were skipped is said on stderr at the end."""
     try:
         import av
     except ImportError:
         raise SimulmtError(f"{path}: only 16 kHz mono 16-bit WAV files are read without PyAV: pip install "
                            f"'simulmt[speech]' (or convert it: sox {path} -r 16000 -c 1 -b 16 out.wav)") from None
-    pieces: list[np.ndarray] = []
-    damaged = 0
+    damaged = decoded = 0
     try:
         with av.open(str(path), metadata_errors="ignore") as container:
             if not container.streams.audio:
@@ -104,12 +163,14 @@ def decode_audio(path: str | Path) -> np.ndarray:
                     damaged += 1
                     continue
                 for frame in frames:
-                    pieces += [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
-            pieces += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]  # what the resampler holds
+                    for piece in resampler.resample(frame):
+                        decoded += piece.samples
+                        yield piece.to_ndarray().reshape(-1)
+            for piece in resampler.resample(None):  # what the resampler holds
+                decoded += piece.samples
+                yield piece.to_ndarray().reshape(-1)
     except (av.error.FFmpegError, ValueError) as exc:
         raise SimulmtError(f"{path}: not an audio file FFmpeg can decode ({exc})") from None
-    samples = np.concatenate(pieces).astype(np.int16) if pieces else np.zeros(0, dtype=np.int16)
     if damaged:
-        print(f"simulmt: {path}: {damaged} damaged packet(s) of its audio skipped; {len(samples) / RATE:.2f} s "
-              f"decoded", file=sys.stderr)
-    return samples
+        print(f"simulmt: {path}: {damaged} damaged packet(s) of its audio skipped; {decoded / RATE:.2f} s decoded",
+              file=sys.stderr)
