@@ -77,8 +77,8 @@ def train(options: RLOptions, *, translator=None, progress: bool | None = None) 
 
         options = dataclasses.replace(options, init_adapter=named_adapter(options.init_adapter, model_name,
                                                                           (options.source_lang, options.target_lang)))
-    if options.init_adapter is not None:
-        warm_adapter(options.init_adapter, model_name)  # refused now, not after the run
+        if options.init_adapter is not None:
+            warm_adapter(options.init_adapter, model_name)  # refused now, not after the run
     pairs = data.parallel_files(options.train_source, options.train_target, options.limit)
     if not pairs:
         raise SimulmtError("no training pairs")

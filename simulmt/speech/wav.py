@@ -134,12 +134,6 @@ def resampler_to_16k():
     return av.AudioResampler(format="s16", layout="mono", rate=RATE)
 
 
-def decode_audio(path: str | Path) -> np.ndarray:
-    """Any recording FFmpeg reads -> 16 kHz mono int16 samples, whole (``_decoded``)."""
-    chunks = list(_decoded(Path(path)))
-    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
-
-
 def _decoded(path: Path) -> Iterator[np.ndarray]:
     """Any recording FFmpeg reads, as 16 kHz mono int16 chunks: its first audio stream decoded packet by packet,
     mixed down and resampled. A damaged packet (a few ms of a damaged MP3) is skipped and the rest decoded; how many
