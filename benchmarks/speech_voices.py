@@ -61,6 +61,44 @@ def words_of(text: str) -> list[str]:
     return [w for w in (re.sub(r"[^\w']", "", t).lower() for t in text.split()) if w]
 
 
+_UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen " \
+    "seventeen eighteen nineteen".split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_TITLES = {"mr": "mister", "mrs": "missus", "dr": "doctor", "st": "saint"}
+
+
+def spoken_words(text: str) -> list[str]:
+    """``words_of`` for a transcript in words against a recogniser that writes numbers and titles short: numbers
+    below 100 spelled out, titles in full, hyphenated words split ("10" -> "ten", "Mr." -> "mister")."""
+    out = []
+    for word in words_of(text.replace("-", " ")):
+        if word.isdigit() and int(word) < 100:
+            n = int(word)
+            out += [_UNITS[n]] if n < 20 else [_TENS[n // 10 - 2]] + ([_UNITS[n % 10]] if n % 10 else [])
+        else:
+            out.append(_TITLES.get(word, word))
+    return out
+
+
+def read_recordings(path: Path, limit: int) -> tuple[list[str], list[str | None], list[tuple[str, Path]]]:
+    """A list of ``audio<TAB>transcript[<TAB>reference]`` -> transcripts, references (None where absent) and
+    (voice, file) pairs; the voice is the file's folder name."""
+    sources, references, files = [], [], []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()[:limit], 1):
+        fields = line.split("\t")
+        if len(fields) not in (2, 3) or not fields[1].strip():
+            raise SystemExit(f"{path}:{number}: expected 'audio<TAB>transcript[<TAB>reference]'")
+        audio = (path.parent / fields[0]).resolve()
+        if not audio.is_file():
+            raise SystemExit(f"{path}:{number}: no such recording: {audio}")
+        sources.append(fields[1].strip())
+        references.append(fields[2].strip() if len(fields) == 3 else None)
+        files.append((audio.parent.name, audio))
+    if not files:
+        raise SystemExit(f"{path}: no recordings listed")
+    return sources, references, files
+
+
 def word_end_times(audio: np.ndarray, words: list[str]) -> list[float]:
     """Approximate end time (ms) of each word: its share of the characters over the audible span."""
     loud = np.flatnonzero(np.abs(audio.astype(np.int32)) > 500)
@@ -71,6 +109,10 @@ def word_end_times(audio: np.ndarray, words: list[str]) -> list[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recordings", default=None,
+                        help="recordings instead of synthesised lines: a list of 'audio<TAB>transcript[<TAB>reference]' "
+                             "(paths from the list's folder; benchmarks/real_recordings.py writes one of real voices); "
+                             "without references, BLEU is against the text translation of the transcripts")
     parser.add_argument("--source", default=str(DATA / "test2017.en"))
     parser.add_argument("--reference", default=str(DATA / "test2017.de"))
     parser.add_argument("--lines", type=int, default=300)
@@ -100,17 +142,24 @@ def main() -> int:
     from simulmt.speech.recognizer import RecognizerOptions
     from simulmt.speech.wav import read_audio
 
-    sources = Path(args.source).read_text(encoding="utf-8").splitlines()[: args.lines]
-    references = Path(args.reference).read_text(encoding="utf-8").splitlines()[: args.lines]
-    voices = args.voices.split(",")
-    files = []
-    for i, line in enumerate(sources):
-        voice = voices[i % len(voices)]
-        path = CACHE / voice.replace(":", "-").replace("+", "_") / f"{Path(args.source).name}-{i}.wav"
-        if not path.is_file():
-            speak(voice, line, path)
-        files.append((voice, path))
-    print(f"{len(files)} lines spoken by {', '.join(voices)} (cached in {CACHE})", file=sys.stderr, flush=True)
+    normal = words_of
+    if args.recordings:
+        sources, references, files = read_recordings(Path(args.recordings), args.lines)
+        voices = list(dict.fromkeys(voice for voice, _ in files))
+        normal = spoken_words  # people's transcripts spell numbers and titles out, Whisper writes "10", "Mr."
+        print(f"{len(files)} recordings from {args.recordings}", file=sys.stderr, flush=True)
+    else:
+        sources = Path(args.source).read_text(encoding="utf-8").splitlines()[: args.lines]
+        references = Path(args.reference).read_text(encoding="utf-8").splitlines()[: args.lines]
+        voices = args.voices.split(",")
+        files = []
+        for i, line in enumerate(sources):
+            voice = voices[i % len(voices)]
+            path = CACHE / voice.replace(":", "-").replace("+", "_") / f"{Path(args.source).name}-{i}.wav"
+            if not path.is_file():
+                speak(voice, line, path)
+            files.append((voice, path))
+        print(f"{len(files)} lines spoken by {', '.join(voices)} (cached in {CACHE})", file=sys.stderr, flush=True)
 
     asr = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads,
                             window_ms=args.window_ms, policy=args.asr_policy, margin_ms=args.margin_ms,
@@ -119,6 +168,7 @@ def main() -> int:
     kwargs = dict(layout=args.layout, policy="wait-k", k=args.k)
     cascade.translate(read_audio(str(files[0][1])), **kwargs)  # warm-up (the recogniser and the LLM)
     records = []
+    references_given = all(r is not None for r in references)
     step = int(16 * args.step_ms)
     for (voice, path), source, reference in zip(files, sources, references):
         audio = read_audio(str(path))
@@ -141,6 +191,8 @@ def main() -> int:
             written += [(w.delay, 1000 * (now - t0)) for w in words]
         result = session.result()
         text = cascade.translator.translate(source, **kwargs)
+        if reference is None:  # no translation of the recording: how much of the text's translation survives
+            reference = text.prediction
         first_lag = first_heard = None
         if written and written[0][0]:
             first_lag = written[0][1] - ends[min(written[0][0], len(ends)) - 1]
@@ -163,15 +215,15 @@ def main() -> int:
                       "prediction": r[predictions_key]} for r in records if r[predictions_key]]
         return latency_scores(instances, ["LAAL"], ms_per_source_unit=1.0)["LAAL"]
 
-    wer = token_error_rate([words_of(r["source"]) for r in records], [words_of(r["heard"]) for r in records])
+    wer = token_error_rate([normal(r["source"]) for r in records], [normal(r["heard"]) for r in records])
     speech_bleu, _ = bleu([r["speech"] for r in records], [r["reference"] for r in records])
     text_bleu, _ = bleu([r["text"] for r in records], [r["reference"] for r in records])
     lags = sorted(r["first_lag_ms"] for r in records if r["first_lag_ms"] is not None)
     heard_lags = sorted(r["first_heard_lag_ms"] for r in records if r["first_heard_lag_ms"] is not None)
     rtf = sum(r["compute_ms"] for r in records) / sum(r["audio_ms"] for r in records)
     asr_rtf = sum(r["asr_ms"] for r in records) / sum(r["audio_ms"] for r in records)
-    per_voice = {v: token_error_rate([words_of(r["source"]) for r in records if r["voice"] == v],
-                                     [words_of(r["heard"]) for r in records if r["voice"] == v]) for v in voices}
+    per_voice = {v: token_error_rate([normal(r["source"]) for r in records if r["voice"] == v],
+                                     [normal(r["heard"]) for r in records if r["voice"] == v]) for v in voices}
     print(f"\n{len(records)} lines; {cascade.name}, {cascade.dtype}, {args.layout} wait-{args.k}, recogniser step "
           f"{args.step_ms} ms, {args.asr_policy} (margin {args.margin_ms} ms), pause {args.pause_ms} ms, "
           f"{args.threads} threads\n")
@@ -183,7 +235,10 @@ def main() -> int:
     print(f"| text (delays at the audio's word times) | - | {text_bleu:.2f} | {laal('text_delays_ms', 'text'):.0f} "
           f"| | | |")
     print("\nLAAL, shown: over the wall times the words appeared at in the real-time run (computation included)")
-    print(f"\nspeech / text BLEU: {speech_bleu / text_bleu:.3f}")
+    if references_given:
+        print(f"\nspeech / text BLEU: {speech_bleu / text_bleu:.3f}")
+    else:
+        print("\nno references: BLEU of speech is against the text translation of the transcripts (text: 100)")
     print(f"first word lag on the audio clock (its source word's confirmation, no compute) p50 / p95: "
           f"{np.percentile(heard_lags, 50):.0f} / {np.percentile(heard_lags, 95):.0f} ms")
     print("WER per voice: " + ", ".join(f"{v} {100 * w:.1f}" for v, w in per_voice.items()))

