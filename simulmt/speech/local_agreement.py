@@ -32,7 +32,12 @@ class TimedWord:
 
     @property
     def key(self) -> str:
-        return self.text.strip().strip(_STRIP).lower()
+        return word_key(self.text)
+
+
+def word_key(text: str) -> str:
+    """A word as transcripts are compared: without case and surrounding punctuation."""
+    return text.strip().strip(_STRIP).lower()
 
 
 @dataclass

@@ -25,7 +25,7 @@ decoding. Updates come every ``step_ms`` of audio however it is cut into pieces.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from simulmt.errors import SimulmtError
 from simulmt.core.sentence_ends import ends_sentence
 from simulmt.speech.align_att import AlignAtt
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
-from simulmt.speech.repetition import collapse_loops, degenerate
+from simulmt.speech.repetition import FALLBACK_PENALTY, collapse_loops, compression_ratio, degenerate
 from simulmt.speech.voice_activity import Silero, VoiceActivity
 from simulmt.speech.wav import RATE
 
@@ -41,7 +41,6 @@ DEFAULT_PAUSE_MS = 700  # RecognizerOptions.pause_ms, and every tool's --asr-pau
 POLICIES = ("local-agreement", "alignatt")  # RecognizerOptions.policy
 SPEECH_PAD_MS = 200  # at a pause, the audio decoded runs this far past the last speech window
 DEFAULT_POLICY = "local-agreement"  # RecognizerOptions.policy, and every tool's --asr-policy
-FALLBACK_PENALTY = 1.3  # a looping transcript is decoded again with repeated tokens penalised by this much
 
 
 @dataclass(frozen=True)
@@ -128,19 +127,33 @@ class Whisper:
     def transcribe(self, audio: np.ndarray, prompt: str = "") -> list[TimedWord]:
         """Decoding (greedy, or a beam of ``beam_size``) with the decoder's segment timestamps; a word's time is its
         segment's, spread over the segment's words by their length, unless ``word_timestamps`` aligns each word
-        (cross-attention, slower). A run of words that loops is kept to its first copies (repetition.py)."""
-        words = self._transcribe(audio, prompt)
-        return [words[i] for i in collapse_loops([w.text for w in words])]
-
-    def _transcribe(self, audio: np.ndarray, prompt: str) -> list[TimedWord]:
+        (cross-attention, slower). A transcript that loops is decoded again without the prompt and with repeats
+        penalised (the less repetitive of the two is kept), and a loop left keeps its first copies (repetition.py;
+        a segment end among the copies dropped moves to the last copy kept, so the buffer can still be cut there)."""
         window = self.options.window_ms
         aligned = self.options.word_timestamps or self.options.policy == "alignatt"
         if window and 1000.0 * len(audio) / RATE <= window and not self.options.vad:
-            return self._windowed(audio, prompt, aligned)
+            words = self._windowed(audio, prompt, aligned)
+        else:
+            words, audio_ms = self._full_window(audio, prompt, aligned), 1000.0 * len(audio) / RATE
+            if degenerate([w.text for w in words], audio_ms):
+                again = self._full_window(audio, "", aligned, FALLBACK_PENALTY)
+                words = min((again, words), key=lambda heard: _repetitiveness([w.text for w in heard], audio_ms))
+        kept = collapse_loops([w.text for w in words])
+        out = [words[i] for i in kept]
+        for j, (i, after) in enumerate(zip(kept, kept[1:] + [len(words)])):
+            if not out[j].ends_segment and any(w.ends_segment for w in words[i + 1:after]):
+                out[j] = replace(out[j], ends_segment=True)
+        return out
+
+    def _full_window(self, audio: np.ndarray, prompt: str, aligned: bool,
+                     repetition_penalty: float = 1.0) -> list[TimedWord]:
+        """faster-whisper's decoding in Whisper's 30 s window (a longer buffer, or ``vad``)."""
         segments, _ = self.model.transcribe(
             audio, language=self.options.language, beam_size=self.options.beam_size, temperature=0.0,
             word_timestamps=aligned, condition_on_previous_text=False, initial_prompt=prompt or None,
-            vad_filter=self.options.vad, without_timestamps=False, suppress_blank=True)
+            vad_filter=self.options.vad, without_timestamps=False, suppress_blank=True,
+            repetition_penalty=repetition_penalty)
         words: list[TimedWord] = []
         for segment in segments:
             if aligned:
@@ -151,7 +164,6 @@ class Whisper:
             words += [TimedWord(text, start, end, ends_segment=i == len(timed) - 1)
                       for i, (text, start, end) in enumerate(timed)]
         return words
-
 
     def _windowed(self, audio: np.ndarray, prompt: str, aligned: bool = False) -> list[TimedWord]:
         """Decoding (greedy, or a beam of ``beam_size``) of ``audio`` in a ``window_ms`` window (log-mel frames
@@ -170,9 +182,13 @@ class Whisper:
         encoded = model.model.encode(ctranslate2.StorageView.from_array(window[None]), to_cpu=False)
         audio_ms = 1000.0 * len(audio) / RATE
         segments = self._decode(encoded, prompt, audio_ms)
-        if degenerate([w for _, _, ids in segments for w in tok.decode(ids).split()], audio_ms):
-            # a loop (repetition.py): again without the prompt (which may hold the loop), repeats penalised
-            segments = self._decode(encoded, "", audio_ms, repetition_penalty=FALLBACK_PENALTY)
+
+        def texts(decoded: list) -> list[str]:
+            return [w for _, _, ids in decoded for w in tok.decode(ids).split()]
+        if degenerate(texts(segments), audio_ms):  # a loop (repetition.py): again without the prompt (which may
+            # hold the loop), repeats penalised; the less repetitive of the two is kept
+            again = self._decode(encoded, "", audio_ms, repetition_penalty=FALLBACK_PENALTY)
+            segments = min((again, segments), key=lambda decoded: _repetitiveness(texts(decoded), audio_ms))
         if aligned:
             return self._aligned(encoded, segments, content, audio_ms)
         return self._spread_words(segments)
@@ -238,6 +254,12 @@ class Whisper:
 
 
 _PUNCTUATION = set(".,!?;:\"'»«“”‘’…-—)(")
+
+
+def _repetitiveness(texts: list[str], audio_ms: float) -> tuple[bool, float]:
+    """What picks the less repetitive of two transcripts (the smaller): degenerate or not, then the compression
+    ratio."""
+    return degenerate(texts, audio_ms), compression_ratio(" ".join(texts))
 
 
 def _spread(words: list[str], start_ms: float, end_ms: float) -> list[tuple[str, float, float]]:
