@@ -6,7 +6,8 @@ import zlib
 
 import pytest
 
-from simulmt.speech.repetition import COMPRESSION_LIMIT, collapse_loops, compression_ratio, degenerate
+from simulmt.speech.repetition import (COMPRESSION_LIMIT, collapse_loops, compression_ratio, degenerate,
+                                      repetitiveness)
 
 SENTENCE = "Two men in uniforms are playing football in the snow.".split()
 
@@ -68,3 +69,11 @@ def test_collapse_returns_positions_in_order_and_keeps_everything_without_a_loop
     assert collapse_loops(["x"] * 3, loop=3, keep=1) == [0] and collapse_loops(["x"] * 2, loop=3, keep=1) == [0, 1]
     long_unit = "one two three four five six seven eight nine".split()
     assert collapse_loops(long_unit * 5) == list(range(45))  # a nine-word unit is longer than looked for
+
+
+def test_the_less_repetitive_transcript_is_the_smaller():
+    looped, fine = ["Hello."] * 40, "Hello? Hello? Oh, hello.".split()
+    assert repetitiveness(fine, 2000) < repetitiveness(looped, 2000)
+    assert min((looped, fine), key=lambda t: repetitiveness(t, 2000)) is fine
+    assert repetitiveness(["a"] * 6, 0)[0] and repetitiveness(["a"] * 60, 0)[0]  # both degenerate (no audio):
+    assert repetitiveness(["a"] * 6, 0) < repetitiveness(["a"] * 60, 0)  # the compression ratio decides

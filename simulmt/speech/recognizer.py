@@ -33,7 +33,7 @@ from simulmt.errors import SimulmtError
 from simulmt.core.sentence_ends import ends_sentence
 from simulmt.speech.align_att import AlignAtt
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
-from simulmt.speech.repetition import FALLBACK_PENALTY, collapse_loops, compression_ratio, degenerate
+from simulmt.speech.repetition import FALLBACK_PENALTY, collapse_loops, degenerate, repetitiveness
 from simulmt.speech.voice_activity import Silero, VoiceActivity
 from simulmt.speech.wav import RATE
 
@@ -138,7 +138,7 @@ class Whisper:
             words, audio_ms = self._full_window(audio, prompt, aligned), 1000.0 * len(audio) / RATE
             if degenerate([w.text for w in words], audio_ms):
                 again = self._full_window(audio, "", aligned, FALLBACK_PENALTY)
-                words = min((again, words), key=lambda heard: _repetitiveness([w.text for w in heard], audio_ms))
+                words = min((again, words), key=lambda heard: repetitiveness([w.text for w in heard], audio_ms))
         kept = collapse_loops([w.text for w in words])
         out = [words[i] for i in kept]
         for j, (i, after) in enumerate(zip(kept, kept[1:] + [len(words)])):
@@ -188,7 +188,7 @@ class Whisper:
         if degenerate(texts(segments), audio_ms):  # a loop (repetition.py): again without the prompt (which may
             # hold the loop), repeats penalised; the less repetitive of the two is kept
             again = self._decode(encoded, "", audio_ms, repetition_penalty=FALLBACK_PENALTY)
-            segments = min((again, segments), key=lambda decoded: _repetitiveness(texts(decoded), audio_ms))
+            segments = min((again, segments), key=lambda decoded: repetitiveness(texts(decoded), audio_ms))
         if aligned:
             return self._aligned(encoded, segments, content, audio_ms)
         return self._spread_words(segments)
@@ -254,12 +254,6 @@ class Whisper:
 
 
 _PUNCTUATION = set(".,!?;:\"'»«“”‘’…-—)(")
-
-
-def _repetitiveness(texts: list[str], audio_ms: float) -> tuple[bool, float]:
-    """What picks the less repetitive of two transcripts (the smaller): degenerate or not, then the compression
-    ratio."""
-    return degenerate(texts, audio_ms), compression_ratio(" ".join(texts))
 
 
 def _spread(words: list[str], start_ms: float, end_ms: float) -> list[tuple[str, float, float]]:

@@ -9,7 +9,8 @@ which invites the loop again.
 
 * ``degenerate(texts, audio_ms)``: Whisper's test (zlib compression ratio above ``COMPRESSION_LIMIT``), or more
   words than anyone says in that much audio (``WORDS_PER_SECOND``); the recogniser then decodes again without
-  the prompt and with repeated tokens penalised by ``FALLBACK_PENALTY``, and keeps the less repetitive transcript;
+  the prompt and with repeated tokens penalised by ``FALLBACK_PENALTY``, and keeps the less repetitive transcript
+  (``repetitiveness``);
 * ``collapse_loops(texts)``: the positions of the words to keep where a run of one to ``LONGEST_UNIT`` words comes
   ``LOOP`` or more times in a row: its first ``KEEP`` copies (people do say "Hello? Hello? Hello? Hello?", and
   not much more often than that).
@@ -42,6 +43,12 @@ def degenerate(texts: list[str], audio_ms: float) -> bool:
         return False
     return (compression_ratio(" ".join(texts)) > COMPRESSION_LIMIT
             or len(texts) > 3 + WORDS_PER_SECOND * audio_ms / 1000.0)
+
+
+def repetitiveness(texts: list[str], audio_ms: float) -> tuple[bool, float]:
+    """What picks the less repetitive of two transcripts (the smaller): degenerate or not, then the compression
+    ratio."""
+    return degenerate(texts, audio_ms), compression_ratio(" ".join(texts))
 
 
 def _loop_at(keys: list[str], i: int, loop: int, longest: int) -> tuple[int, int]:
