@@ -42,6 +42,35 @@ def test_a_fused_model_gives_the_same_logits_bit_for_bit(arch, dtype):
         assert all(isinstance(m.gate_up, PackedLinear) for m in model.modules() if isinstance(m, FusedGatedMLP))
 
 
+@pytest.mark.parametrize("arch", ["gemma3", "llama"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_norms_with_real_scale_weights_keep_their_own_form(arch, dtype):
+    """Gemma-3-270M's norm weights run from about -1 to 1,600, so in bfloat16 its largest norm outputs are thousands
+    of times its smallest. A check whose bound scaled with the largest output passed Gemma's norms in Llama's ``w``
+    form instead of ``1 + w`` (a difference of one per channel) and the real model wrote garbage in bfloat16; each
+    element is now checked against its own magnitude, and the nearer form is taken."""
+    model = make_model(arch, 300, seed=1).eval()
+    generator = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for module in model.modules():
+            if type(module).__name__.endswith("RMSNorm"):
+                n = module.weight.shape[0]  # channels near -1 (1 + w near 0), most small, a few very large
+                scale = torch.where(torch.rand(n, generator=generator) < 0.2, 500.0, 3.0)
+                module.weight.copy_(torch.rand(n, generator=generator) * scale - 1.0)
+    model.to(dtype)
+    ids = torch.randint(5, 300, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        counts = fuse_for_inference(model)
+        after = model(input_ids=ids).logits
+    norms = [m for m in model.modules() if isinstance(m, FusedRMSNorm)]
+    assert counts["norms"] == len(norms) > 0
+    assert all(m.offset == (arch == "gemma3") for m in norms)  # Gemma's 1 + w, Llama's w
+    if dtype == torch.float16:  # (weights this large overflow float16's activations: only the forms are checked)
+        return
+    assert torch.allclose(after.float(), before.float(), rtol=0.02, atol=0.02 * float(before.float().abs().mean()))
+
+
 def test_a_module_the_fused_form_does_not_reproduce_is_left_as_it_is():
     class OddRMSNorm(nn.Module):  # named like one, computes something else
         def __init__(self):
