@@ -374,7 +374,8 @@ def write_report(plan: Plan) -> Path:
     planned = [m for m in plan.methods.split(",") if m in METHODS]  # (the page reports the methods it was run for)
     missing = [m for m in planned if m not in measured]
     expected = sum(len(run_specs(plan, m)) for m in planned)
-    page += [f"Status: {len(runs)} of {expected} runs measured"
+    done = sum((result_dir(plan, m, test, spec) / SCORES).is_file() for m in planned for test, spec, _ in run_specs(plan, m))
+    page += [f"Status: {done} of {expected} runs measured"  # (runs of other experiments in --results not counted)
              + (f"; methods not measured yet: {', '.join(missing)} (rerun the command to continue)." if missing
                 else "."), ""]
     page += _environment(runs)
