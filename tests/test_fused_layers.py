@@ -71,6 +71,20 @@ def test_half_precision_norms_with_real_scale_weights_keep_their_own_form(arch, 
     assert torch.allclose(after.float(), before.float(), rtol=0.02, atol=0.02 * float(before.float().abs().mean()))
 
 
+def test_a_norm_whose_outputs_are_not_numbers_is_left_as_it_is():
+    class NanRMSNorm(nn.Module):  # no fused form can be shown to reproduce it: a NaN difference is no match
+        def __init__(self):
+            super().__init__()
+            self.weight, self.eps = nn.Parameter(torch.ones(8)), 1e-6
+
+        def forward(self, x):
+            return x * float("nan")
+
+    model = nn.Sequential(NanRMSNorm())
+    assert fuse_for_inference(model) == {"norms": 0, "mlps": 0}
+    assert type(model[0]).__name__ == "NanRMSNorm"
+
+
 def test_a_module_the_fused_form_does_not_reproduce_is_left_as_it_is():
     class OddRMSNorm(nn.Module):  # named like one, computes something else
         def __init__(self):

@@ -112,7 +112,7 @@ def test_the_shipped_model_translates_in_half_precision_as_in_float32(dtype):
     full = [_translator("gemma-3-270m", "auto").translate(s, Expost(slot=16), WaitK(3)).prediction for s in sources]
     half = Translator.load("gemma-3-270m", "auto", device="cpu", dtype=dtype)
     got = [half.translate(s, Expost(slot=16), WaitK(3)).prediction for s in sources]
-    assert all(ord(c) < 0x250 for text in got for c in text), got  # Latin script only
+    assert all(ord(c) < 0x250 for text in got for c in text if c.isalpha()), got  # letters of the Latin script only
     score = chrf(got, full)[0]
     assert score > 60, (got, full)  # measured: 100 in both (the same words as float32 on these four)
 
