@@ -14,10 +14,13 @@ This run splits a round's wall time into its parts, so a change can be aimed at 
 
 then a cProfile of one run (top functions by own time) and the torch profiler's counts of CUDA API calls per
 forward (kernel launches, copies, synchronisations). Random weights (they cannot travel; a forward's cost depends
-on shapes only) write to the length bounds: only per-token and per-forward figures mean anything.
+on shapes only) write to the length bounds: only per-token and per-forward figures mean anything. With ``--forced
+FILE`` (one translation per source line: ``ASSETS/hyp.de``, the shipped model's own, made by ``gpu_prepare.sh
+assets``) each stream is teacher-forced to its line's translation, so its words, its length and its end, and so
+the reads, target tokens and queries per forward, are a real translation's; the random weights set the compute only.
 
     python benchmarks/gpu_host_profile.py ASSETS [--shapes gemma-3-270m,gemma-3-4b] [--streams 16,64] [--waves 2]
-                                          [--profile 64] [--ceiling-rows 128,256] [--out DIR]
+                                          [--profile 64] [--ceiling-rows 128,256] [--out DIR] [--forced FILE]
 
 ASSETS: as benchmarks/gpu_check.sh's (config and tokenizer of the converted gemma-3-270m, src.en). On a CPU the
 same run works on the ``tiny`` shape (a dry run: no events, no graphs).
@@ -101,24 +104,56 @@ def build(tok_dir: Path, shape: str):
     return model
 
 
-def run_once(tr, sents, streams: int, kwargs: dict):
+def forced_targets(tr, sources: list[str], targets: list[str], k: int) -> list[list[tuple[int, int]]]:
+    """Each target line as (token id, word index) pairs, then the end: tokenised as training lays it out."""
+    from simulmt.core.layouts import Expost
+    from simulmt.core.policies import wait_k_delays
+    from simulmt.finetune.parity import forced_tokens
+
+    out = []
+    for src, tgt in zip(sources, targets):
+        delays = wait_k_delays(k, len(src.split()), len(tgt.split()))
+        out.append(forced_tokens(tr.training_examples(Expost(16), src, tgt, delays)[-1], tr.fmt.end_id))
+    return out
+
+
+def run_once(tr, sents, streams: int, kwargs: dict, forced: list | None = None):
     from simulmt.bench.throughput import pushed_streams
     from simulmt.core.engine import Engine, run_batched
 
-    made = pushed_streams(tr, sents, kwargs)
+    if forced is None:
+        made = pushed_streams(tr, sents, kwargs)
+    else:  # teacher-forced to real translations (``--forced``)
+        made = [tr.new_stream(**kwargs, forced=target) for target in forced]
+        for stream, text in zip(made, sents):
+            stream.push(text.split(), finished=True)
     engine = Engine(tr.runner)
+    full = [0, 0, 0.0]  # rounds with every stream live (no drain at the end): rounds, target tokens, seconds
+    step, live_streams = engine.step, engine.streams  # (a list the engine changes in place)
+
+    def counted():
+        live, before, start = len(live_streams), sum(len(m.target_tokens) for m in made), time.perf_counter()
+        events = step()
+        if live == streams:
+            sync()
+            full[0] += 1
+            full[1] += sum(len(m.target_tokens) for m in made) - before
+            full[2] += time.perf_counter() - start
+        return events
+    engine.step = counted
     sync()
     t = time.perf_counter()
     run_batched(made, engine, streams)
     sync()
     sec = time.perf_counter() - t
     stats = engine.stats
+    stats.full_rounds = full
     del engine  # its cache's store goes back to the static decoder for the next engine (graphs recorded on it)
     gc.collect()
     return made, stats, sec
 
 
-def parts(tr, sents, streams: int, kwargs: dict) -> dict:
+def parts(tr, sents, streams: int, kwargs: dict, forced: list | None = None) -> dict:
     """One run with the parts timed (see the module's docstring)."""
     from simulmt.core.engine import Engine
     from simulmt.core.static_decoder import StaticDecoder
@@ -148,7 +183,7 @@ def parts(tr, sents, streams: int, kwargs: dict) -> dict:
         clock.wrap(torch.Tensor, name, "to host")
     recorded = runner.static.recorded if runner.static is not None else 0
     try:
-        made, stats, sec = run_once(tr, sents, streams, kwargs)
+        made, stats, sec = run_once(tr, sents, streams, kwargs, forced)
     finally:
         clock.undo()
         runner.forward_packed = inner
@@ -168,11 +203,11 @@ def parts(tr, sents, streams: int, kwargs: dict) -> dict:
     return row
 
 
-def profiled(tr, sents, streams: int, kwargs: dict, top: int) -> str:
+def profiled(tr, sents, streams: int, kwargs: dict, top: int, forced: list | None = None) -> str:
     out = io.StringIO()
     prof = cProfile.Profile()
     prof.enable()
-    _, stats, sec = run_once(tr, sents, streams, kwargs)
+    _, stats, sec = run_once(tr, sents, streams, kwargs, forced)
     prof.disable()
     print(f"cProfile: {stats.forwards} forwards in {sec:.2f} s (profiled)", file=out)
     stats = pstats.Stats(prof, stream=out)
@@ -181,13 +216,13 @@ def profiled(tr, sents, streams: int, kwargs: dict, top: int) -> str:
     return out.getvalue()
 
 
-def api_counts(tr, sents, streams: int, kwargs: dict) -> str:
+def api_counts(tr, sents, streams: int, kwargs: dict, forced: list | None = None) -> str:
     """The torch profiler over one run: CUDA API calls and the costliest host ops, per forward."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if CUDA else [])
     with profile(activities=acts) as prof:
-        _, stats, _ = run_once(tr, sents, streams, kwargs)
+        _, stats, _ = run_once(tr, sents, streams, kwargs, forced)
     forwards = stats.forwards
     lines = [f"torch profiler: {forwards} forwards; calls per forward and host ms per forward (inflated)"]
     rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
@@ -250,6 +285,8 @@ def main() -> None:
     p.add_argument("--warm", type=int, default=2, help="untimed runs first (graphs recorded, the store grown)")
     p.add_argument("--ceiling-rows", default="", help="also the ceiling at these row counts (e.g. 128,256)")
     p.add_argument("--out", default=None, help="folder for the full profiles")
+    p.add_argument("--forced", default=None, help="translations of the source lines, one per line (ASSETS/hyp.de): "
+                   "each stream is teacher-forced to its line's (real words, lengths and ends on random weights)")
     a = p.parse_args()
     a.ceiling_rows = [int(r) for r in a.ceiling_rows.split(",") if r]
     from transformers import AutoTokenizer
@@ -265,6 +302,11 @@ def main() -> None:
     (tok_dir / "tokenizer.json").write_bytes(lzma.decompress((assets / "tokenizer.json.xz").read_bytes()))
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
     lines = [line.strip() for line in open(assets / "src.en") if line.strip()]
+    targets = None
+    if a.forced:  # line for line with src.en's non-empty lines
+        targets = [line.strip() for line in open(a.forced)]
+        if len(targets) < len(lines) or not all(targets[: len(lines)]):
+            raise SystemExit(f"--forced {a.forced}: a non-empty translation per source line is needed")
     kwargs = dict(layout="expost", policy="wait-k", k=3)
     profile_at = {int(s) for s in a.profile.split(",") if s}
     table = []
@@ -276,20 +318,30 @@ def main() -> None:
         tr = Translator(model, tokenizer, source_lang="en", target_lang="de")
         for streams in (int(s) for s in a.streams.split(",")):
             sents = (lines * a.waves)[: a.waves * streams]  # each stream translates ``waves`` sentences
+            forced = None if targets is None else forced_targets(
+                tr, sents, (targets * a.waves)[: a.waves * streams], kwargs["k"])
             for _ in range(a.warm):  # records the graphs (and grows the store to the capacity the run needs)
-                run_once(tr, sents, streams, kwargs)
-            made, stats, sec = run_once(tr, sents, streams, kwargs)
+                run_once(tr, sents, streams, kwargs, forced)
+            made, stats, sec = run_once(tr, sents, streams, kwargs, forced)
             toks = sum(len(s.target_tokens) for s in made)
             row = dict(shape=shape, streams=streams, tok_s=round(toks / sec, 1), forwards=stats.forwards,
                        tokens=toks, tokens_per_forward=round(toks / stats.forwards, 1),
                        queries_per_forward=round(stats.tokens / stats.forwards, 1),
+                       full_rounds=stats.full_rounds[0],
+                       tokens_per_full_round=round(stats.full_rounds[1] / max(1, stats.full_rounds[0]), 1),
+                       tok_s_full=round(stats.full_rounds[1] / max(1e-9, stats.full_rounds[2]), 1),
                        ceiling_ms=round(ceiling_ms(model, streams), 3),
                        ceiling_ms_rows={r: round(ceiling_ms(model, r), 3) for r in a.ceiling_rows})
-            row.update(parts(tr, sents, streams, kwargs))
+            if row["ceiling_ms"] == row["ceiling_ms"]:  # (a GPU: not NaN)
+                ceiling_tok_s = streams * 1000 / row["ceiling_ms"]
+                row["engine/ceiling"] = round(row["tok_s"] / ceiling_tok_s, 3)
+                row["full/ceiling"] = round(row["tok_s_full"] / ceiling_tok_s, 3)
+            row.update(parts(tr, sents, streams, kwargs, forced))
             print(json.dumps(row), flush=True)
             table.append(row)
             if streams in profile_at:
-                text = profiled(tr, sents, streams, kwargs, a.top) + "\n" + api_counts(tr, sents, streams, kwargs)
+                text = (profiled(tr, sents, streams, kwargs, a.top, forced) + "\n"
+                        + api_counts(tr, sents, streams, kwargs, forced))
                 if out:
                     out.mkdir(parents=True, exist_ok=True)
                     (out / f"profile-{shape}-{streams}.txt").write_text(text)
@@ -300,9 +352,9 @@ def main() -> None:
         gc.collect()  # (the runner and its static decoder refer to each other)
         if CUDA:
             torch.cuda.empty_cache()
-    keys = ["shape", "streams", "tok_s", "wall", "round", "forward", "fill", "replay", "head", "to host",
+    keys = ["shape", "streams", "tok_s", "tok_s_full", "engine/ceiling", "full/ceiling", "wall", "round", "forward", "fill", "replay", "head", "to host",
             "to host calls/forward", "gpu", "ceiling_ms", "graphs recorded", "tokens_per_forward",
-            "queries_per_forward"]
+            "tokens_per_full_round", "queries_per_forward"]
     print("\n" + " | ".join(keys))
     for r in table:
         print(" | ".join(str(r.get(k, "-")) for k in keys))

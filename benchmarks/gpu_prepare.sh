@@ -3,7 +3,8 @@
 # and takes at most 64 MiB of files per call, tracked files included).
 #
 #   bash benchmarks/gpu_prepare.sh assets   # .gpu/: the converted gemma-3-270m's config and tokenizer (xz),
-#                                           # source lines; .whl/: wheels its image lacks (both git-ignored)
+#                                           # source lines and the model's translations of them; .whl/: wheels
+#                                           # its image lacks (both git-ignored)
 #   bash benchmarks/gpu_prepare.sh out      # move the large tracked folders the check does not need out of the
 #                                           # tree (docs/ alone is ~130 MB), to $STASH (default /tmp/simulmt-stash)
 #   bash benchmarks/gpu_prepare.sh back     # put them back (do it right after the call)
@@ -30,6 +31,9 @@ print(_packaged_checkpoint(_PACKAGED['gemma-3-270m'], None))")
     xz -T2 -6 -c "$CKPT/tokenizer.json" > .gpu/tokenizer.json.xz
     head -n 256 "$DATA/test2016.en" > .gpu/src.en
     head -n 512 "$DATA/test2017.en" > .gpu/src512.en
+    # the shipped model's own translations of src.en (gpu_host_profile.py --forced: real words and lengths on random
+    # weights); made once, a few minutes on a CPU
+    [ -s .gpu/hyp.de ] || .venv/bin/simulmt translate --dtype bfloat16 --batch-size 16 .gpu/src.en > .gpu/hyp.de
     # the image's python is 3.12 with its own torch; transformers as CI has it, and what simulmt imports besides
     TRANSFORMERS=$(.venv/bin/python -c "import transformers; print(transformers.__version__)")
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -110,12 +110,15 @@ class Translator:
     def new_stream(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *, k: int = DEFAULTS["k"],
                    n: int = DEFAULTS["n"], tau: float = DEFAULTS["tau"], slot: int = DEFAULTS["slot"],
                    phi: int = DEFAULTS["phi"], config: DecodeConfig | None = None,
-                   sampler: Sampler | None = None, record: bool = False, fmt: PromptFormat | None = None) -> Stream:
+                   sampler: Sampler | None = None, record: bool = False, fmt: PromptFormat | None = None,
+                   forced: list[tuple[int, int]] | None = None) -> Stream:
         """A model-free stream for an ``Engine`` (many streams, one model): push words, let the engine run it.
-        ``fmt``: another prompt format than the translator's (the speech align stage's transcript prompt)."""
+        ``fmt``: another prompt format than the translator's (the speech align stage's transcript prompt).
+        ``forced``: teacher forcing, as ``session``'s."""
         layout, policy = self._layout_and_policy(layout, policy, k, n, tau, slot, phi)
         return Stream(self.tokenizer, fmt or self.fmt, layout, policy, self.vocabulary, config or DecodeConfig(),
-                      sampler=sampler, record=record, model_name=self.name, max_positions=self.runner.max_positions)
+                      sampler=sampler, forced=forced, record=record, model_name=self.name,
+                      max_positions=self.runner.max_positions)
 
     def new_talk(self, layout: str | Layout = "expost", policy: str | Policy = "wait-k", *,
                  window: ContextWindow = ContextWindow(), max_words: int = DEFAULT_MAX_WORDS,

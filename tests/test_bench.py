@@ -177,6 +177,11 @@ def test_streams_mode_reports_throughput_latency_and_memory_per_stream_count(mon
         assert point["tokens_computed"] > point["target_tokens"] and point["logit_rows"] >= point["target_tokens"]
     assert "tokens / target token" in printed and "LM head rows / target token" in printed
     assert "engine / plain" in printed
+    # the rounds with every stream live: all of them with one stream; with four, all but the drain at the end
+    assert one["full_target_tokens"] == one["target_tokens"] and one["full_rounds"] > 0
+    assert 0 < four["full_target_tokens"] < four["target_tokens"] and 0 < four["full_seconds"] < four["seconds"]
+    assert four["tokens_per_s_full"] == pytest.approx(four["full_target_tokens"] / four["full_seconds"])
+    assert "every stream live: tok/s" in printed
 
 
 @pytest.mark.parametrize("replays", [False, True])

@@ -195,6 +195,40 @@ def test_samplers_report_log_probabilities():
     assert looking.target_logprobs == pytest.approx(session.target_logprobs, abs=1e-5)
 
 
+def test_a_forced_target_is_taken_without_reading_the_logits_unless_logprobs_are_kept(monkeypatch):
+    """Teacher forcing writes the forced tokens whatever the scores: without ``logprobs`` no row of logits is taken
+    out for it (a GPU benchmark forces real translations on random weights; a row per token would be a host copy),
+    with them each token's log-probability under the model is kept."""
+    from simulmt.core.requests import Answer
+    from simulmt.finetune.parity import forced_tokens
+    from simulmt.core.policies import Scheduled
+
+    tr = tiny_translator("llama")
+    greedy = tr.session("expost", WaitK(2))
+    greedy.logprobs = True
+    greedy.run(SOURCES[0])
+    delays = greedy.result().delays
+    target = " ".join(w.text for w in greedy.written)
+    example = tr.training_examples(Expost(16), SOURCES[0], target, list(delays))[-1]
+    forced = forced_tokens(example, tr.fmt.end_id)
+    reads = []
+    inner = Answer.logits
+
+    def counted(answer):
+        reads.append(answer.row)
+        return inner.fget(answer)
+    monkeypatch.setattr(Answer, "logits", property(counted))
+    quiet = tr.session("expost", Scheduled(tuple(delays)), forced=forced)
+    quiet.run(SOURCES[0])
+    assert reads == [] and quiet.target_logprobs == []
+    kept = tr.session("expost", Scheduled(tuple(delays)), forced=forced)
+    kept.logprobs = True
+    kept.run(SOURCES[0])
+    assert len(reads) >= len(forced)  # a row per proposal (a token proposed before a read comes again)
+    assert quiet.target_tokens == kept.target_tokens == [t for t, _ in forced[:-1]]
+    assert len(kept.target_logprobs) == len(kept.target_tokens) and all(lp <= 0 for lp in kept.target_logprobs)
+
+
 class FeaturePolicy(WaitK):
     """wait-k that records the hidden state it is shown (a learned READ/WRITE head would read it)."""
 

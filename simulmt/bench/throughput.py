@@ -7,6 +7,9 @@ advanced together by the engine (new sentences join as others finish), and repor
 * per-stream milliseconds per target word: the gaps between a stream's consecutive words (the first word counts
   from the stream's start), p50 and p95 over all words;
 * the peak memory of the batched KV cache;
+* the same throughput over the rounds in which every stream was live: a run drains at its end (the last sentences
+  finish one by one, and a forward of a few rows costs nearly what a full one does), where a loaded service and
+  the plain loop below keep every row busy;
 * what the engine computes per target token: tokens (prompt, source, markers, target, guesses) and rows of the LM
   head (each target token needs one, a word's end and a read one more): the plain loop computes one of each, so
   they bound the engine's ratio to it on a device where the model's products are the cost (docs/engine-speed.md);
@@ -40,13 +43,20 @@ class StreamsPoint:
     tokens_computed: int = 0  # tokens the engine computed (prompt, source, markers, target, guesses)
     logit_rows: int = 0  # rows of the LM head it computed
     plain_tokens_per_s: float | None = None
+    full_rounds: int = 0  # rounds in which every stream was live (before the drain at the end)
+    full_target_tokens: int = 0  # target tokens those rounds wrote
+    full_seconds: float = 0.0  # and their time
 
     @property
     def tokens_per_s(self) -> float:
         return self.target_tokens / self.seconds if self.seconds else 0.0
 
+    @property
+    def tokens_per_s_full(self) -> float:
+        return self.full_target_tokens / self.full_seconds if self.full_seconds else 0.0
+
     def to_json(self) -> dict:
-        return {**asdict(self), "tokens_per_s": self.tokens_per_s}
+        return {**asdict(self), "tokens_per_s": self.tokens_per_s, "tokens_per_s_full": self.tokens_per_s_full}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -71,6 +81,22 @@ def measure(translator, sentences: list[str], streams: int, session_kwargs: dict
     """Translate ``sentences`` with ``streams`` streams at a time; time it all."""
     made = pushed_streams(translator, sentences, session_kwargs)
     engine = Engine(translator.runner)
+    full = [0, 0, 0.0]  # rounds with every stream live, the target tokens they wrote, their seconds
+    step, live = engine.step, engine.streams  # (a list the engine changes in place)
+    device = translator.runner.device
+
+    def counted():
+        if len(live) < streams:
+            return step()
+        before, begun = sum(len(s.target_tokens) for s in live), time.perf_counter()
+        rows = list(live)
+        events = step()
+        _synchronize(device)
+        full[2] += time.perf_counter() - begun
+        full[0] += 1
+        full[1] += sum(len(s.target_tokens) for s in rows) - before
+        return events
+    engine.step = counted
     start = time.perf_counter()
     run_batched(made, engine, streams)
     seconds = time.perf_counter() - start
@@ -85,7 +111,7 @@ def measure(translator, sentences: list[str], streams: int, session_kwargs: dict
         target_tokens=sum(len(s.target_tokens) for s in made), target_words=sum(len(s.written) for s in made),
         forwards=engine.stats.forwards, ms_per_word_p50=_percentile(gaps, 50), ms_per_word_p95=_percentile(gaps, 95),
         cache_peak_mb=engine.stats.peak_cache_bytes / 2**20, tokens_computed=engine.stats.tokens,
-        logit_rows=engine.stats.logit_rows)
+        logit_rows=engine.stats.logit_rows, full_rounds=full[0], full_target_tokens=full[1], full_seconds=full[2])
 
 
 @torch.no_grad()
@@ -153,7 +179,7 @@ def report_rows(points: list[StreamsPoint]) -> tuple[list[str], list[list[str]]]
     base = points[0]
     header = ["streams", "target tok/s", f"x {base.streams} stream", "ms/word p50", "ms/word p95",
               "KV cache peak MB", "tokens / target token", "LM head rows / target token", "plain loop tok/s",
-              f"plain x {base.streams}", "engine / plain"]
+              f"plain x {base.streams}", "engine / plain", "every stream live: tok/s", "/ plain"]
     rows = []
     for p in points:
         ratio = p.tokens_per_s / base.tokens_per_s if base.tokens_per_s else 0.0
@@ -162,9 +188,12 @@ def report_rows(points: list[StreamsPoint]) -> tuple[list[str], list[list[str]]]
                        if p.plain_tokens_per_s and base.plain_tokens_per_s else "-")
         versus = f"{p.tokens_per_s / p.plain_tokens_per_s:.2f}" if p.plain_tokens_per_s else "-"
         per = max(1, p.target_tokens)
+        full = f"{p.tokens_per_s_full:.2f}" if p.full_rounds else "-"
+        full_versus = (f"{p.tokens_per_s_full / p.plain_tokens_per_s:.2f}"
+                       if p.full_rounds and p.plain_tokens_per_s else "-")
         rows.append([str(p.streams), f"{p.tokens_per_s:.2f}", f"{ratio:.2f}", f"{p.ms_per_word_p50:.0f}",
                      f"{p.ms_per_word_p95:.0f}", f"{p.cache_peak_mb:.1f}", f"{p.tokens_computed / per:.2f}",
-                     f"{p.logit_rows / per:.2f}", plain, plain_ratio, versus])
+                     f"{p.logit_rows / per:.2f}", plain, plain_ratio, versus, full, full_versus])
     return header, rows
 
 

@@ -69,7 +69,10 @@ class Proposals:
         if self.forced is not None:
             if self.accepted >= len(self.forced):
                 raise SimulmtError("teacher forcing ran past the forced target")
-            token, self._held_logprob = self.sampler.choose(answer.logits, self.accepted)
+            if self.logprobs:
+                token, self._held_logprob = self.sampler.choose(answer.logits, self.accepted)
+            else:  # the forced token, with no pass over the vocabulary (nor the logits' row taken out)
+                token = self.forced[self.accepted][0]
         else:
             rules = self._rules()
             picks_best = best is not None and getattr(self.sampler, "picks_best", False)
