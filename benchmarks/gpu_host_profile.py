@@ -18,6 +18,9 @@ on shapes only) write to the length bounds: only per-token and per-forward figur
 FILE`` (one translation per source line: ``ASSETS/hyp.de``, the shipped model's own, made by ``gpu_prepare.sh
 assets``) each stream is teacher-forced to its line's translation, so its words, its length and its end, and so
 the reads, target tokens and queries per forward, are a real translation's; the random weights set the compute only.
+A forced stream skips the decoding rules and the engine's best tokens (its token is given), so a forced run's host
+times are lower than a greedy run's: take its counts (tokens per round, queries per forward) with the greedy run's
+times.
 
     python benchmarks/gpu_host_profile.py ASSETS [--shapes gemma-3-270m,gemma-3-4b] [--streams 16,64] [--waves 2]
                                           [--profile 64] [--ceiling-rows 128,256] [--out DIR] [--forced FILE]
@@ -131,14 +134,16 @@ def run_once(tr, sents, streams: int, kwargs: dict, forced: list | None = None):
     full = [0, 0, 0.0]  # rounds with every stream live (no drain at the end): rounds, target tokens, seconds
     step, live_streams = engine.step, engine.streams  # (a list the engine changes in place)
 
-    def counted():
-        live, before, start = len(live_streams), sum(len(m.target_tokens) for m in made), time.perf_counter()
+    def counted():  # (a step accepts the tokens of the forward before it: the count lags by one forward)
+        if len(live_streams) < streams:
+            return step()
+        rows = list(live_streams)
+        before, start = sum(len(m.target_tokens) for m in rows), time.perf_counter()
         events = step()
-        if live == streams:
-            sync()
-            full[0] += 1
-            full[1] += sum(len(m.target_tokens) for m in made) - before
-            full[2] += time.perf_counter() - start
+        sync()
+        full[2] += time.perf_counter() - start
+        full[0] += 1
+        full[1] += sum(len(m.target_tokens) for m in rows) - before
         return events
     engine.step = counted
     sync()
@@ -301,12 +306,15 @@ def main() -> None:
             shutil.copy(assets / n, tok_dir / n)
     (tok_dir / "tokenizer.json").write_bytes(lzma.decompress((assets / "tokenizer.json.xz").read_bytes()))
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-    lines = [line.strip() for line in open(assets / "src.en") if line.strip()]
+    sources = [line.strip() for line in open(assets / "src.en")]
     targets = None
-    if a.forced:  # line for line with src.en's non-empty lines
+    if a.forced:  # line for line with src.en (``simulmt translate`` writes a line per line, blank ones too)
         targets = [line.strip() for line in open(a.forced)]
-        if len(targets) < len(lines) or not all(targets[: len(lines)]):
-            raise SystemExit(f"--forced {a.forced}: a non-empty translation per source line is needed")
+        if len(targets) != len(sources) or not all(t for s, t in zip(sources, targets) if s):
+            raise SystemExit(f"--forced {a.forced}: a non-empty translation per non-empty line of src.en is needed "
+                             f"({len(targets)} lines for {len(sources)})")
+        targets = [t for s, t in zip(sources, targets) if s]
+    lines = [s for s in sources if s]
     kwargs = dict(layout="expost", policy="wait-k", k=3)
     profile_at = {int(s) for s in a.profile.split(",") if s}
     table = []

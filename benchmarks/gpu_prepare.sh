@@ -33,7 +33,10 @@ print(_packaged_checkpoint(_PACKAGED['gemma-3-270m'], None))")
     head -n 512 "$DATA/test2017.en" > .gpu/src512.en
     # the shipped model's own translations of src.en (gpu_host_profile.py --forced: real words and lengths on random
     # weights); made once, a few minutes on a CPU
-    [ -s .gpu/hyp.de ] || .venv/bin/simulmt translate --dtype bfloat16 --batch-size 16 .gpu/src.en > .gpu/hyp.de
+    if [ "$(wc -l < .gpu/src.en)" != "$(wc -l 2>/dev/null < .gpu/hyp.de)" ]; then
+        .venv/bin/simulmt translate --dtype bfloat16 --batch-size 16 .gpu/src.en > .gpu/hyp.de.tmp
+        mv .gpu/hyp.de.tmp .gpu/hyp.de
+    fi
     # the image's python is 3.12 with its own torch; transformers as CI has it, and what simulmt imports besides
     TRANSFORMERS=$(.venv/bin/python -c "import transformers; print(transformers.__version__)")
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

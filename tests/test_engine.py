@@ -205,7 +205,6 @@ def test_a_forced_target_is_taken_without_reading_the_logits_unless_logprobs_are
 
     tr = tiny_translator("llama")
     greedy = tr.session("expost", WaitK(2))
-    greedy.logprobs = True
     greedy.run(SOURCES[0])
     delays = greedy.result().delays
     target = " ".join(w.text for w in greedy.written)

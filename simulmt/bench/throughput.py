@@ -85,7 +85,7 @@ def measure(translator, sentences: list[str], streams: int, session_kwargs: dict
     step, live = engine.step, engine.streams  # (a list the engine changes in place)
     device = translator.runner.device
 
-    def counted():
+    def counted():  # (a step accepts the tokens of the forward before it: the count lags by one forward, ~1/rounds)
         if len(live) < streams:
             return step()
         before, begun = sum(len(s.target_tokens) for s in live), time.perf_counter()

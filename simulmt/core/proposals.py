@@ -72,7 +72,7 @@ class Proposals:
             if self.logprobs:
                 token, self._held_logprob = self.sampler.choose(answer.logits, self.accepted)
             else:  # the forced token, with no pass over the vocabulary (nor the logits' row taken out)
-                token = self.forced[self.accepted][0]
+                token, self._held_logprob = self.forced[self.accepted][0], float("nan")
         else:
             rules = self._rules()
             picks_best = best is not None and getattr(self.sampler, "picks_best", False)
