@@ -12,7 +12,7 @@ and policy as the run:
 so that, with the text and speech translations of the run itself, the BLEU lost between the text and the speech
 translation splits into: what the recogniser mishears at best (offline), what streaming adds to that (LocalAgreement
 over a growing buffer), what cutting the transcript at its own punctuation does, and what translating it while it
-arrives does (the rest). Per synthesiser too (each voice's lines; sacrebleu over them).
+arrives does (the rest). Per synthesiser too, or per voice (``--by-voice``): sacrebleu over its lines.
 
     .venv/bin/python benchmarks/speech_voices.py --lines 120 --threads 2 --output runs/sv120.jsonl
     .venv/bin/python benchmarks/speech_bleu_split.py runs/sv120.jsonl --threads 2
@@ -34,6 +34,7 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--by-voice", action="store_true", help="a column per voice (default: per synthesiser)")
     args = parser.parse_args()
 
     import torch
@@ -64,8 +65,9 @@ def main() -> int:
             "speech (the run's)": [r["speech"] for r in records]}
     wer = {"offline transcript, as text": offline, "streamed transcript, as text": [r["heard"] for r in records]}
     groups = {"all": [True] * len(records)}
-    for name in ("flite", "espeak"):
-        groups[name] = [r["voice"].startswith(name) for r in records]
+    kinds = sorted({r["voice"] if args.by_voice else r["voice"].split(":")[0] for r in records})
+    for kind in kinds if len(kinds) > 1 else ():  # per synthesiser (or voice), when there are several
+        groups[kind] = [kind in (r["voice"], r["voice"].split(":")[0]) for r in records]
     print(f"{len(records)} lines of {args.records}; {translator.name}, {args.layout} wait-{args.k}; recogniser "
           f"{args.asr_model}\n")
     print("| translation of | " + " | ".join(f"{g}: BLEU (x text)" for g in groups) + " | WER % (all) |")

@@ -42,7 +42,8 @@ VOICES = ("espeak:en-gb-x-gbcwmd", "flite:slt", "espeak:en-us+Annie", "flite:rms
 
 
 def speak(voice: str, text: str, path: Path) -> None:
-    """``voice`` ("espeak:NAME" or "flite:NAME") says ``text`` into ``path`` (16 kHz mono 16-bit WAV)."""
+    """``voice`` ("espeak:NAME", "flite:NAME" or "festival:NAME", e.g. ``festival:kal_diphone``: Debian's
+    ``festival`` with a ``festvox-*`` voice) says ``text`` into ``path`` (16 kHz mono 16-bit WAV)."""
     engine, name = voice.split(":", 1)
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "raw.wav"
@@ -50,6 +51,8 @@ def speak(voice: str, text: str, path: Path) -> None:
             subprocess.run(["espeak-ng", "-v", name, "-s", "160", "-w", str(raw), text], check=True)
         elif engine == "flite":
             subprocess.run(["flite", "-voice", name, "-t", text, "-o", str(raw)], check=True)
+        elif engine == "festival":
+            subprocess.run(["text2wave", "-eval", f"(voice_{name})", "-o", str(raw)], input=text.encode(), check=True)
         else:
             raise SystemExit(f"unknown synthesiser {engine!r}")
         path.parent.mkdir(parents=True, exist_ok=True)
