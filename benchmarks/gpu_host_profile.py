@@ -121,7 +121,7 @@ def forced_targets(tr, sources: list[str], targets: list[str], k: int) -> list[l
 
 
 def run_once(tr, sents, streams: int, kwargs: dict, forced: list | None = None):
-    from simulmt.bench.throughput import pushed_streams
+    from simulmt.bench.throughput import count_full_rounds, pushed_streams
     from simulmt.core.engine import Engine, run_batched
 
     if forced is None:
@@ -131,21 +131,7 @@ def run_once(tr, sents, streams: int, kwargs: dict, forced: list | None = None):
         for stream, text in zip(made, sents):
             stream.push(text.split(), finished=True)
     engine = Engine(tr.runner)
-    full = [0, 0, 0.0]  # rounds with every stream live (no drain at the end): rounds, target tokens, seconds
-    step, live_streams = engine.step, engine.streams  # (a list the engine changes in place)
-
-    def counted():  # (a step accepts the tokens of the forward before it: the count lags by one forward)
-        if len(live_streams) < streams:
-            return step()
-        rows = list(live_streams)
-        before, start = sum(len(m.target_tokens) for m in rows), time.perf_counter()
-        events = step()
-        sync()
-        full[2] += time.perf_counter() - start
-        full[0] += 1
-        full[1] += sum(len(m.target_tokens) for m in rows) - before
-        return events
-    engine.step = counted
+    full = count_full_rounds(engine, streams)  # rounds with every stream live (no drain at the end)
     sync()
     t = time.perf_counter()
     run_batched(made, engine, streams)

@@ -77,26 +77,33 @@ def pushed_streams(translator, sentences: list[str], session_kwargs: dict) -> li
     return made
 
 
+def count_full_rounds(engine: Engine, streams: int) -> list:
+    """Count, from now on, the rounds of ``engine`` in which ``streams`` streams are live: [rounds, target tokens
+    they wrote, their seconds] (a list that fills as the engine runs). A step accepts the tokens of the forward
+    before it, so the count lags by one forward (about 1 / rounds)."""
+    full = [0, 0, 0.0]
+    step, live, device = engine.step, engine.streams, engine.runner.device  # (``streams``: changed in place)
+
+    def counted():
+        if len(live) < streams:
+            return step()
+        rows = list(live)
+        before, begun = sum(len(s.target_tokens) for s in rows), time.perf_counter()
+        events = step()
+        _synchronize(device)
+        full[0] += 1
+        full[1] += sum(len(s.target_tokens) for s in rows) - before
+        full[2] += time.perf_counter() - begun
+        return events
+    engine.step = counted
+    return full
+
+
 def measure(translator, sentences: list[str], streams: int, session_kwargs: dict) -> StreamsPoint:
     """Translate ``sentences`` with ``streams`` streams at a time; time it all."""
     made = pushed_streams(translator, sentences, session_kwargs)
     engine = Engine(translator.runner)
-    full = [0, 0, 0.0]  # rounds with every stream live, the target tokens they wrote, their seconds
-    step, live = engine.step, engine.streams  # (a list the engine changes in place)
-    device = translator.runner.device
-
-    def counted():  # (a step accepts the tokens of the forward before it: the count lags by one forward, ~1/rounds)
-        if len(live) < streams:
-            return step()
-        before, begun = sum(len(s.target_tokens) for s in live), time.perf_counter()
-        rows = list(live)
-        events = step()
-        _synchronize(device)
-        full[2] += time.perf_counter() - begun
-        full[0] += 1
-        full[1] += sum(len(s.target_tokens) for s in rows) - before
-        return events
-    engine.step = counted
+    full = count_full_rounds(engine, streams)  # rounds with every stream live (before the drain at the end)
     start = time.perf_counter()
     run_batched(made, engine, streams)
     seconds = time.perf_counter() - start
