@@ -135,6 +135,8 @@ def main() -> int:
     parser.add_argument("--asr-policy", default="local-agreement", help="local-agreement or alignatt")
     parser.add_argument("--margin-ms", type=int, default=500, help="AlignAtt's margin before the audio's end")
     parser.add_argument("--pause-ms", type=int, default=0, help="the recogniser's voice-activity pause (0: off)")
+    parser.add_argument("--head-vocabulary", default=None, metavar="FILES",
+                        help="the text model's LM head over these files' tokens (simulmt.core.head_vocabulary)")
     parser.add_argument("--layout", default="expost")
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -173,7 +175,7 @@ def main() -> int:
     asr = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads,
                             window_ms=args.window_ms, policy=args.asr_policy, margin_ms=args.margin_ms,
                             pause_ms=args.pause_ms, beam_size=args.asr_beam)
-    cascade = CascadeTranslator.load(args.model, asr=asr, dtype="auto")
+    cascade = CascadeTranslator.load(args.model, asr=asr, dtype="auto", head_vocabulary=args.head_vocabulary)
     kwargs = dict(layout=args.layout, policy="wait-k", k=args.k)
     cascade.translate(read_audio(str(files[0][1])), **kwargs)  # warm-up (the recogniser and the LLM)
     records = []
@@ -233,7 +235,8 @@ def main() -> int:
     asr_rtf = sum(r["asr_ms"] for r in records) / sum(r["audio_ms"] for r in records)
     per_voice = {v: token_error_rate([normal(r["source"]) for r in records if r["voice"] == v],
                                      [normal(r["heard"]) for r in records if r["voice"] == v]) for v in voices}
-    print(f"\n{len(records)} lines; {cascade.name}, {cascade.dtype}, {args.layout} wait-{args.k}, recogniser step "
+    head = f", head vocabulary {args.head_vocabulary}" if args.head_vocabulary else ""
+    print(f"\n{len(records)} lines; {cascade.name}, {cascade.dtype}{head}, {args.layout} wait-{args.k}, recogniser step "
           f"{args.step_ms} ms, {args.asr_policy} (margin {args.margin_ms} ms), pause {args.pause_ms} ms, "
           f"{args.threads} threads\n")
     print("| | WER % | BLEU | LAAL ms | LAAL, shown ms | first word lag p50 / p95 ms | RTF (recogniser alone) |\n"

@@ -33,7 +33,8 @@ from simulmt.core.layouts import LAYOUTS
 from simulmt.models import DEFAULT_MODEL
 from simulmt.option_fields import asr_beam_field, asr_pause_ms_field, asr_policy_field
 from simulmt.option_fields import (adapter_field, batch_size_field, context_pairs_field, context_tokens_field,
-                                    device_field, dtype_field, k_field, language_field, model_field)
+                                    device_field, dtype_field, head_vocabulary_field, k_field, language_field,
+                                    model_field)
 from simulmt.core.policies import POLICIES
 from simulmt.core.prompt_format import language_name
 from simulmt.core.talk import ContextWindow
@@ -102,6 +103,7 @@ class TranslateOptions:
     batch_size: int = batch_size_field()
     device: str | None = device_field()
     dtype: str = dtype_field("auto")
+    head_vocabulary: str | None = head_vocabulary_field()
 
     def __post_init__(self):
         if self.layout is not None and self.layout not in LAYOUTS:
@@ -216,11 +218,12 @@ def dataclass_from_namespace(cls: type, namespace: argparse.Namespace):
 
 # ---- the model (tests replace this) ------------------------------------------------------------------------------
 def _load_translator(*, model: str | None, adapter: str | None, source_lang: str = "en",
-                     target_lang: str = "de", device: str | None = None, dtype: str = "float32") -> "Translator":
+                     target_lang: str = "de", device: str | None = None, dtype: str = "float32",
+                     head_vocabulary: str | None = None) -> "Translator":
     from simulmt.translator import Translator
 
     return Translator.load(model or DEFAULT_MODEL, adapter, source_lang=source_lang, target_lang=target_lang,
-                           device=device, dtype=dtype)
+                           device=device, dtype=dtype, head_vocabulary=head_vocabulary)
 
 
 def _stdout_is_terminal() -> bool:
@@ -368,7 +371,8 @@ def _run_translate(options: TranslateOptions, parser: argparse.ArgumentParser) -
     try:
         translator = _load_translator(model=options.model, adapter=options.adapter,
                                       source_lang=options.source_lang, target_lang=options.target_lang,
-                                      device=options.device, dtype=options.dtype)
+                                      device=options.device, dtype=options.dtype,
+                                      head_vocabulary=options.head_vocabulary)
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
@@ -449,7 +453,8 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
                                        asr_beam=options.asr_beam,
                                        source_lang=options.source_lang,
                                        target_lang=options.target_lang, max_words=options.max_words,
-                                       device=options.device, dtype=options.dtype)
+                                       device=options.device, dtype=options.dtype,
+                                       head_vocabulary=options.head_vocabulary)
         return translate_audio(speech, options.audio, options.session_kwargs(defaults), options.jsonl)
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from simulmt.core.examples import TrainingExample, build_examples
@@ -25,6 +25,7 @@ from simulmt.core.prompt_format import PromptFormat, build_format, newline_ids, 
 from simulmt.core.runner import ModelRunner
 from simulmt.core.session import DecodeConfig, StreamingSession, TalkSession, Translation, WrittenWord
 from simulmt.core.execution import Execution
+from simulmt.core.head_vocabulary import HeadVocabulary
 from simulmt.core.engine import Engine, run_ordered
 from simulmt.core.fused_layers import fuse_for_inference
 from simulmt.core.packed_linear import has_adapter_layers, weights_dtype
@@ -40,8 +41,12 @@ from simulmt.core.vocabulary import sentence_end_table, special_token_ids, token
 class Translator:
     def __init__(self, model, tokenizer, *, source_lang: str = "en", target_lang: str = "de",
                  use_chat_template: bool = True, name: str = "", adapter: str | None = None,
-                 policy_head: PolicyHead | None = None, execution: Execution = Execution()):
-        """``execution``: how its engines compute (simulmt.core.execution: switches that keep the output)."""
+                 policy_head: PolicyHead | None = None, execution: Execution = Execution(),
+                 head_vocabulary: HeadVocabulary | None = None):
+        """``execution``: how its engines compute (simulmt.core.execution: switches that keep the output).
+        ``head_vocabulary``: the LM head computes those tokens (with every special and end token added) and each
+        stream's source tokens read, nothing else (simulmt.core.head_vocabulary: faster, and opt-in because it
+        changes the output where the full head would choose another token)."""
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.policy_head = policy_head  # the learned policy's head (policy="learned"), shipped beside the adapter
         self.adapter = adapter  # the adapter's label (shipped name or directory), None for the bare model
@@ -50,12 +55,20 @@ class Translator:
         if not fmt.chat:  # plain markers: a line break ends the translation too
             fmt = replace(fmt, stop_ids=fmt.stop_ids | newline_ids(tokenizer))
         self.fmt: PromptFormat = fmt
-        self.runner = ModelRunner(model, execution)
+        if head_vocabulary is not None:  # (other special tokens are never proposed: vocabulary.py)
+            vocab = getattr(model.get_output_embeddings(), "out_features", None) or len(tokenizer)
+            head_vocabulary = head_vocabulary.with_ids(fmt.stop_ids).within(vocab)
+        self.runner = ModelRunner(model, execution, head_vocabulary)
         self.word_starts = word_start_table(tokenizer, self.runner.compute.vocab)
         self.special = token_table(special_token_ids(tokenizer), self.runner.compute.vocab)
         stops = token_table(self.fmt.stop_ids, self.runner.compute.vocab)
         self.vocabulary = Vocabulary(self.word_starts, stops, self.special & ~stops,
                                      sentence_end_table(tokenizer, self.runner.compute.vocab))
+
+    @property
+    def head_vocabulary(self) -> str | None:
+        """What the engine's LM head computes when not the whole vocabulary (``HeadVocabulary.label``), else None."""
+        return None if self.runner.shortlist is None else self.runner.shortlist.label
 
     @property
     def dtype(self) -> str:
@@ -65,11 +78,13 @@ class Translator:
     @classmethod
     def load(cls, model: str | None = None, adapter: str | None = "auto", *, source_lang: str = "en",
              target_lang: str = "de", use_chat_template: bool = True, fuse: bool = True,
-             execution: Execution = Execution(), **load_kwargs) -> "Translator":
+             execution: Execution = Execution(), head_vocabulary: HeadVocabulary | Sequence[str] | str | None = None,
+             **load_kwargs) -> "Translator":
         """``adapter="auto"``: the shipped adapter of the model for this language pair, if it has one
         (:mod:`simulmt.adapters`). ``fuse``: run each RMSNorm as one operation and a gated MLP's gate and up projections
         as one product (``simulmt.core.fused_layers``: the same outputs, fewer operations per forward), unless the
-        adapter is left unmerged (``merge_adapter=False``, to train it)."""
+        adapter is left unmerged (``merge_adapter=False``, to train it). ``head_vocabulary``: a ``HeadVocabulary``, or
+        text files in the target language (paths, or one string of comma-separated paths) to build it from."""
         from simulmt.models import DEFAULT_MODEL, load_model
 
         loaded = load_model(model or DEFAULT_MODEL, adapter, pair=(source_lang, target_lang), **load_kwargs)
@@ -78,9 +93,12 @@ class Translator:
         name = loaded.name + (f"+{loaded.adapter}" if loaded.adapter else "")
         head = PolicyHead.load(loaded.adapter_dir) if loaded.adapter_dir and (
             loaded.adapter_dir / HEAD_FILE).is_file() else None
+        if head_vocabulary is not None and not isinstance(head_vocabulary, HeadVocabulary):
+            paths = head_vocabulary.split(",") if isinstance(head_vocabulary, str) else list(head_vocabulary)
+            head_vocabulary = HeadVocabulary.from_texts(loaded.tokenizer, paths)
         return cls(loaded.model, loaded.tokenizer, source_lang=source_lang, target_lang=target_lang,
                    use_chat_template=use_chat_template, name=name, adapter=loaded.adapter, policy_head=head,
-                   execution=execution)
+                   execution=execution, head_vocabulary=head_vocabulary)
 
     def make_policy(self, policy: str | Policy, k: int = DEFAULTS["k"], n: int = DEFAULTS["n"],
                     tau: float = DEFAULTS["tau"]) -> Policy:

@@ -120,7 +120,7 @@ def test_jsonl(loads, capsys, input_file):
     assert cli.main(["translate", "--policy", "wait-k", "--k", str(k), "--jsonl", "--target-lang", "German",
                      str(input_file)]) == 0
     assert loads == [dict(model=None, adapter="auto", source_lang="en", target_lang="German", device=None,
-                          dtype="auto")]
+                          dtype="auto", head_vocabulary=None)]
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 3
     for row in rows:

@@ -39,8 +39,8 @@ from typing import TextIO
 from simulmt import __version__
 from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS, make_layout
-from simulmt.option_fields import (adapter_field, device_field, dtype_field, k_field, language_field,
-                                    model_field, n_field, phi_field, slot_field)
+from simulmt.option_fields import (adapter_field, device_field, dtype_field, head_vocabulary_field, k_field,
+                                    language_field, model_field, n_field, phi_field, slot_field)
 from simulmt.core.placed import Role
 from simulmt.core.policies import POLICIES, Offline, Policy, make_policy
 from simulmt.core.prompt_format import language_name
@@ -106,6 +106,7 @@ class BenchOptions:
         "help": "torch CPU threads (default: torch's choice); fix it to compare runs on a shared machine"})
     device: str | None = device_field()
     dtype: str = dtype_field()
+    head_vocabulary: str | None = head_vocabulary_field()
 
     def __post_init__(self):
         if self.audio is not None:
@@ -364,7 +365,7 @@ def ratios(runs: list[Run], reference: list[Run]) -> dict:
 def signature(settings: dict) -> str:
     """One line saying how the numbers were made (sacrebleu-style)."""
     keys = ("model", "policies", "k", "n", "slot", "phi", "offline_layout", "sentences", "threads", "device",
-            "dtype", "torch", "simulmt")
+            "dtype", "head_vocabulary", "torch", "simulmt")
     parts = []
     for key in keys:
         if key in settings and settings[key] is not None:
@@ -520,7 +521,8 @@ def run(options: BenchOptions, parser: argparse.ArgumentParser, load_translator:
     try:
         translator = load_translator(model=options.model, adapter=options.adapter,
                                      source_lang=options.source_lang, target_lang=options.target_lang,
-                                     device=options.device, dtype=options.dtype)
+                                     device=options.device, dtype=options.dtype,
+                                     head_vocabulary=options.head_vocabulary)
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
@@ -540,6 +542,7 @@ def run(options: BenchOptions, parser: argparse.ArgumentParser, load_translator:
             return 1
     bench.settings.update(source=options.source, threads=torch.get_num_threads(),
                           device=translator.runner.device_label, dtype=translator.dtype,
+                          head_vocabulary=translator.head_vocabulary,
                           torch=torch.__version__.split("+")[0], simulmt=__version__)
     print_report(bench, sys.stdout, terminal=sys.stdout.isatty())
     if options.output:
@@ -586,7 +589,7 @@ def _run_streams(options: BenchOptions, translator: "Translator", sentences: lis
         out.mkdir(parents=True, exist_ok=True)
         settings = {**kwargs, "model": translator.name, "source": options.source, "lines": len(sentences),
                     "dtype": translator.dtype, "threads": torch.get_num_threads(),
-                    "device": translator.runner.device_label,
+                    "device": translator.runner.device_label, "head_vocabulary": translator.head_vocabulary,
                     "torch": torch.__version__.split("+")[0], "simulmt": __version__}
         path = out / "bench-streams.json"
         path.write_text(json.dumps({"settings": settings, "points": [p.to_json() for p in points]}, indent=2) + "\n",
@@ -615,7 +618,8 @@ def _run_speech(options: BenchOptions) -> int:
         clips = [(str(f), read_audio(str(f))) for f in files]
         speech, defaults = load_speech(options.speech_model, model=options.model, adapter=options.adapter,
                                        source_lang=options.source_lang, target_lang=options.target_lang,
-                                       device=options.device, dtype=options.dtype)
+                                       device=options.device, dtype=options.dtype,
+                                       head_vocabulary=options.head_vocabulary)
         end_to_end = options.speech_model is not None
         layout = defaults["layout"] if end_to_end else options.layout_names[0]
         if end_to_end and options.layouts != DEFAULT_LAYOUTS and options.layout_names != (layout,):
@@ -642,7 +646,9 @@ def _run_speech(options: BenchOptions) -> int:
     bench["settings"] = {"model": speech.name, "speech_model": options.speech_model or "whisper cascade",
                          "layout": layout, "dtype": speech.translator.dtype,
                          "threads": torch.get_num_threads(), "block_ms": speech.piece_ms,
-                         "device": speech.translator.runner.device_label, "torch": torch.__version__.split("+")[0],
+                         "device": speech.translator.runner.device_label,
+                         "head_vocabulary": getattr(speech.translator, "head_vocabulary", None),
+                         "torch": torch.__version__.split("+")[0],
                          "simulmt": __version__}
     speech_bench.print_report(bench, sys.stdout)
     if options.output:

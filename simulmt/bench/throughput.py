@@ -122,11 +122,12 @@ def measure(translator, sentences: list[str], streams: int, session_kwargs: dict
 
 
 @torch.no_grad()
-def plain_decode(model, batch: int, steps: int = 16, context: int = 32, seed: int = 0) -> float:
+def plain_decode(model, batch: int, steps: int = 16, context: int = 32, seed: int = 0, head=None) -> float:
     """Aggregate tokens/s of a plain batched greedy decode: random prompts of ``context`` tokens, then 2 x ``steps``
     single-token steps for every row, of which the second ``steps`` are timed (a GPU loads its kernels and picks its
     matrix algorithms at a shape's first use, and timing from the first step counted that), so the timed steps
-    attend over ``context + steps`` to ``context + 2 * steps`` keys; a CUDA device is synchronised around them."""
+    attend over ``context + steps`` to ``context + 2 * steps`` keys; a CUDA device is synchronised around them.
+    ``head``: the engine's LM head when it is not the model's own (a head vocabulary: the same head for both)."""
     from transformers import DynamicCache
 
     from simulmt.core.runner import cache_argument
@@ -138,16 +139,23 @@ def plain_decode(model, batch: int, steps: int = 16, context: int = 32, seed: in
     cache = DynamicCache()
     last, first = torch.tensor([context - 1], device=device), torch.tensor([0], device=device)
     cache_arg = cache_argument(model)
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=last, **{cache_arg: cache})
-    token = out.logits[:, -1].argmax(-1, keepdim=True)
+    decoder = model.get_decoder() if head is not None else None
+
+    def step(tokens: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        if decoder is None:
+            out = model(input_ids=tokens, use_cache=True, logits_to_keep=keep, **{cache_arg: cache})
+            return out.logits[:, -1].argmax(-1, keepdim=True)
+        hidden = decoder(input_ids=tokens, use_cache=True, **{cache_argument(decoder): cache}).last_hidden_state
+        return head(hidden[:, -1]).argmax(-1, keepdim=True)
+
+    token = step(ids, last)
 
     def seconds() -> float:
         nonlocal token
         _synchronize(device)
         start = time.perf_counter()
         for _ in range(steps):
-            out = model(input_ids=token, use_cache=True, logits_to_keep=first, **{cache_arg: cache})
-            token = out.logits[:, -1].argmax(-1, keepdim=True)
+            token = step(token, first)
         _synchronize(device)  # the GPU's queue, not only the launches
         return time.perf_counter() - start
 
@@ -174,7 +182,8 @@ def measure_all(translator, sentences: list[str], counts: list[int], session_kwa
                 break
         point = measure(translator, sentences, count, session_kwargs)
         if plain:
-            point = StreamsPoint(**{**asdict(point), "plain_tokens_per_s": plain_decode(translator.model, count)})
+            point = StreamsPoint(**{**asdict(point), "plain_tokens_per_s": plain_decode(translator.model, count,
+                                                                                 head=translator.runner.shortlist)})
         points.append(point)
         if progress is not None:
             progress(point)

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from simulmt.core.batch_cache import BatchKVCache
+from simulmt.core.head_vocabulary import read_source_ids
 from simulmt.core.packed_forward import PackedQueries, Wants
 from simulmt.core.prompt_cache import PromptCache, SharedPrompt, prompt_key
 from simulmt.errors import SimulmtError
@@ -319,8 +320,12 @@ class Engine:
         got = [r.logits for _, r in requests]  # which requests get logits (a ``logits_if`` may say no: no LM head)
         decisions = RequestDecisions(requests, first, answered, may_stop) if conditional or may_stop else None
         embedded = [s.embedding_of(t.token_id) for (s, _), f in zip(requests, fed) for t in f if t.token_id < 0]
+        extras = None
+        if self.runner.shortlist is not None:  # each answered query's source tokens read (head_vocabulary.py)
+            extras = [ids for s, r in requests for ids in read_source_ids(s.state.tokens, r.keep, r.tokens,
+                                                                           r.answer_offsets())]
         queries = PackedQueries(ids, positions, visible, q_index, last, distances,
-                                torch.stack(embedded) if embedded else None)
+                                torch.stack(embedded) if embedded else None, extras)
         wants = Wants(features, layer, None if all(got) else torch.tensor([g for g, n in zip(got, answered)
                                                                            for _ in range(n)]), decisions)
         logits, hidden, head_rows = self.runner.forward_packed(queries, self.cache, wants)

@@ -31,6 +31,8 @@ class PackedQueries:
     last: torch.Tensor  # (R,) the queries answered, in order
     distances: torch.Tensor | None = None  # (N, K) key distances, ALiBi models only (visibility.py)
     embedded: torch.Tensor | None = None  # the embeddings of the ids < 0, in query order
+    head_extras: list | None = None  # per answered query, the source token ids its stream has read (numpy int64
+    # arrays): with a head vocabulary they are computed besides it (head_vocabulary.py); None without one
 
 
 class Decisions(Protocol):

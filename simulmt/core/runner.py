@@ -11,7 +11,7 @@ The KV cache is a ``transformers.DynamicCache`` made without a config, so slidin
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -19,6 +19,7 @@ from simulmt.errors import SimulmtError
 from simulmt.core import layer_split
 from simulmt.core.alibi import Alibi, adopt_alibi
 from simulmt.core.execution import Execution
+from simulmt.core.head_vocabulary import HeadVocabulary, ShortlistHead
 from simulmt.core.packed_forward import PackedAnswer, PackedQueries, Wants
 from simulmt.core.packed_linear import PackedLinear, packed_weight_count
 from simulmt.core.static_decoder import StaticDecoder
@@ -35,13 +36,14 @@ class ComputeModel:
     attention_width: int
     hidden: int
     vocab: int
+    head_vocab: int | None = None  # rows of the LM head computed, when not the whole vocabulary (head_vocabulary.py)
 
     def flops(self, tokens: int, visible_pairs: int, logit_rows: int, layers: int | None = None) -> float:
         """``layers``: only that many of the decoder's layers ran (a forward stopped at a policy head's layer)."""
         share = 1.0 if layers is None else layers / self.layers
         return (share * (2.0 * self.non_embedding_params * tokens
                          + 4.0 * self.layers * self.attention_width * visible_pairs)
-                + 2.0 * self.hidden * self.vocab * logit_rows)
+                + 2.0 * self.hidden * (self.head_vocab or self.vocab) * logit_rows)
 
 
 def _text_config(model):
@@ -109,9 +111,11 @@ def render_row_masks(visible: torch.Tensor, q_index: torch.Tensor, attention_typ
 
 
 class ModelRunner:
-    def __init__(self, model, execution: Execution = Execution()):
+    def __init__(self, model, execution: Execution = Execution(), head_vocabulary: HeadVocabulary | None = None):
         """``execution``: how engines on this runner compute (execution.py); with ``cuda_graphs`` on a GPU, the
-        engine's forwards run as replayed CUDA graphs (static_decoder.py). Elsewhere that changes nothing."""
+        engine's forwards run as replayed CUDA graphs (static_decoder.py). Elsewhere that changes nothing.
+        ``head_vocabulary``: the engine's LM head computes only those tokens and each stream's source tokens read
+        (head_vocabulary.py; opt-in: it changes the output where the full head's choice is outside them)."""
         self.model = model
         self.execution = execution
         config = _text_config(model)
@@ -127,6 +131,12 @@ class ModelRunner:
         self.softcap = getattr(config, "final_logit_softcapping", None)
         self.model_cache_arg, self.decoder_cache_arg = cache_argument(model), cache_argument(self.decoder)
         self._check_head()
+        self.shortlist = None
+        if head_vocabulary is not None:
+            self.shortlist = ShortlistHead(self.head, head_vocabulary, getattr(self.head, "out_features",
+                                                                               self.compute.vocab),
+                                           self.softcap, model.get_input_embeddings())
+            self.compute = replace(self.compute, head_vocab=self.shortlist.size)
         graphs = execution.cuda_graphs and self.device.type == "cuda"
         self.static: StaticDecoder | None = StaticDecoder(self) if graphs else None  # engines then keep stable caches
 
@@ -284,9 +294,15 @@ class ModelRunner:
             head_rows = decisions.head_rows(feats) if decisions is not None else wants.head_rows
             heads = hidden if head_rows is None else hidden.index_select(
                 0, head_rows.nonzero()[:, 0].to(self.device, non_blocking=True))
-            logits = self.head(heads)
-            if self.softcap:
-                logits = torch.tanh(logits / self.softcap) * self.softcap
+            if self.shortlist is not None:  # (soft-capped inside)
+                extras = q.head_extras
+                if extras is not None and head_rows is not None:
+                    extras = [e for e, wanted in zip(extras, head_rows.tolist()) if wanted]
+                logits = self.shortlist(heads, extras)
+            else:
+                logits = self.head(heads)
+                if self.softcap:
+                    logits = torch.tanh(logits / self.softcap) * self.softcap
             return PackedAnswer(logits.float(), feats if wants.features else None, head_rows)
 
 

@@ -49,11 +49,13 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
                                         asr_beam=options.asr_beam,
                                         source_lang=options.source_lang,
                                         target_lang=options.target_lang,
-                                        max_words=options.max_words, device=options.device, dtype=options.dtype)
+                                        max_words=options.max_words, device=options.device, dtype=options.dtype,
+                                        head_vocabulary=options.head_vocabulary)
         else:
             translator = load_translator(model=options.model, adapter=options.adapter,
                                          source_lang=options.source_lang, target_lang=options.target_lang,
-                                         device=options.device, dtype=options.dtype)
+                                         device=options.device, dtype=options.dtype,
+                                         head_vocabulary=options.head_vocabulary)
         results = evaluate(translator, options)  # the runs record translator.dtype: what auto became here
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)

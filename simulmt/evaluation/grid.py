@@ -39,7 +39,8 @@ def evaluate(translator: "Translator", options: EvaluateOptions, *, progress: bo
     output = check_output_dir(options.output)
     specs = options.grid()
     decides = getattr(translator, "learned_decides", None)  # a speech translator's
-    configs = {spec: run_config(spec, translator.name, options, test_set, translator.dtype, decides)
+    head = getattr(translator, "head_vocabulary", None)  # (an end-to-end speech translator has none)
+    configs = {spec: run_config(spec, translator.name, options, test_set, translator.dtype, decides, head)
                for spec in specs}
     talks = None
     if options.docids is not None:  # whole talks (talks.py): a run's records are talks

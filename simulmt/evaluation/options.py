@@ -12,7 +12,8 @@ from simulmt.core.layouts import LAYOUTS
 from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT
 from simulmt.option_fields import asr_beam_field, asr_pause_ms_field, asr_policy_field
 from simulmt.option_fields import (adapter_field, batch_size_field, context_pairs_field, context_tokens_field,
-                                    device_field, dtype_field, language_field, model_field, phi_field, slot_field)
+                                    device_field, dtype_field, head_vocabulary_field, language_field, model_field,
+                                    phi_field, slot_field)
 from simulmt.core.prompt_format import language_name
 from simulmt.evaluation.runs import RunSpec
 
@@ -98,6 +99,7 @@ class EvaluateOptions:
                 "Under torchrun / accelerate launch the rank gives the shard", "metavar": "I/N"})
     device: str | None = device_field()
     dtype: str = dtype_field()
+    head_vocabulary: str | None = head_vocabulary_field()
 
     def __post_init__(self):
         self.shard_of()

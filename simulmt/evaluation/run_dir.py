@@ -25,14 +25,16 @@ LOG, CONFIG, SCORES, SIMULEVAL_CONFIG = "instances.log", "config.json", "scores.
 # config.json keys that must match for a rerun to continue a run (lines and ms_per_word may change)
 IDENTITY_KEYS = ("run", "model", "adapter", "dtype", "source_lang", "target_lang", "layout", "policy", "k", "n",
                  "slot", "phi", "decode", "simulmt", "source_sha256", "reference_sha256", "shard", "first_line",
-                 "learned_decides", "docids_sha256", "context_pairs", "context_tokens", "talk_max_words")
+                 "learned_decides", "docids_sha256", "context_pairs", "context_tokens", "talk_max_words",
+                 "head_vocabulary")
 TIMING_KEYS = ("elapsed", "wall_ms")  # the only fields of an instance that depend on the machine and the moment
 
 
 def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: TestSet,
-               dtype: str | None = None, learned_decides: str | None = None) -> dict:
+               dtype: str | None = None, learned_decides: str | None = None, head_vocabulary: str | None = None) -> dict:
     """A run's config.json; ``dtype``: what the model computes with (``translator.dtype``; default: the option);
-    ``learned_decides``: when a speech translator's learned policy decides (its ``learned_decides``)."""
+    ``learned_decides``: when a speech translator's learned policy decides (its ``learned_decides``);
+    ``head_vocabulary``: what its LM head computes when not the whole vocabulary (``translator.head_vocabulary``)."""
     from simulmt import __version__
 
     pause = f", pause {options.asr_pause_ms} ms" if options.asr_pause_ms else ""
@@ -44,6 +46,8 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
             "source": str(test_set.source_path), "reference": str(test_set.reference_path),
             "source_sha256": test_set.source_sha256, "reference_sha256": test_set.reference_sha256,
             "lines": len(test_set.sources), "ms_per_word": options.unit_ms, "batch_size": options.batch_size,
+            # the LM head over those files' tokens and each sentence's source only (head_vocabulary.py)
+            **({"head_vocabulary": head_vocabulary} if head_vocabulary else {}),
             **({"source_type": "speech", "speech_model": options.speech_model or f"whisper {options.asr_model} "
                 f"(step {options.asr_step_ms} ms, {agreement}{pause}{beam})"} if options.source_audio else {}),
             **({"learned_decides": learned_decides or "once per block"}

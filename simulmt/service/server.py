@@ -13,8 +13,8 @@ from simulmt.errors import SimulmtError
 from simulmt.service.limits import MAX_BACKLOG, MAX_BUFFER_CHARS, MAX_WORD_CHARS, MAX_WORD_TOKENS
 from simulmt.service.guard import MIN_TOKEN_LENGTH, TOKEN_ENV, Access, is_loopback, read_token
 from simulmt.option_fields import asr_beam_field, asr_pause_ms_field, asr_policy_field
-from simulmt.option_fields import (adapter_field, context_pairs_field, context_tokens_field, device_field, dtype_field,
-                                    language_field, model_field)
+from simulmt.option_fields import (adapter_field, context_pairs_field, context_tokens_field, device_field,
+                                    dtype_field, head_vocabulary_field, language_field, model_field)
 from simulmt.core.prompt_format import language_name
 
 HELP = "serve live translation: a WebSocket per stream, many streams on one model, a live-caption page"
@@ -67,6 +67,7 @@ class ServeOptions:
     asr_beam: int = asr_beam_field('')
     device: str | None = device_field()
     dtype: str = dtype_field("auto")
+    head_vocabulary: str | None = head_vocabulary_field()
     replicas: int = field(default=1, metadata={
         "help": "serve N model replicas (processes) behind HAProxy on --host:--port, supervised (README, "
                 "\"Scaling out\")", "metavar": "N"})
@@ -127,7 +128,8 @@ def run(options: ServeOptions, parser, load_translator: Callable) -> int:
         return run_replicas(options)
     try:
         translator = load_translator(model=options.model, adapter=options.adapter, source_lang=options.source_lang,
-                                     target_lang=options.target_lang, device=options.device, dtype=options.dtype)
+                                     target_lang=options.target_lang, device=options.device, dtype=options.dtype,
+                                     head_vocabulary=options.head_vocabulary)
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1

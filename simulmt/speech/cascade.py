@@ -73,6 +73,10 @@ class CascadeTranslator:
         return self.translator.dtype
 
     @property
+    def head_vocabulary(self) -> str | None:
+        return self.translator.head_vocabulary
+
+    @property
     def piece_ms(self) -> float:
         """How much audio a live caller feeds at a time: one recogniser step."""
         return float(self.options.step_ms)

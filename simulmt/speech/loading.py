@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from simulmt.core.prompt_format import language_code
 from simulmt.core.sentence_ends import DEFAULT_MAX_WORDS
+from simulmt.errors import SimulmtError
 
 
 def load_speech(speech_model: str | None, *, model: str | None = None, adapter: str = "auto",
@@ -17,6 +18,10 @@ def load_speech(speech_model: str | None, *, model: str | None = None, adapter: 
     recogniser's ``pause_ms`` and ``policy`` (None: its defaults); ``asr_beam``: its ``beam_size``."""
     if speech_model is not None:
         from simulmt.speech.model import SpeechTranslator
+
+        if load_kwargs.pop("head_vocabulary", None) is not None:
+            raise SimulmtError("--head-vocabulary is for the text model behind the recogniser; an end-to-end "
+                               "--speech-model computes its whole head")
 
         speech = SpeechTranslator.load(speech_model, **load_kwargs)
         return speech, speech.card_defaults
