@@ -44,7 +44,7 @@ class Translator:
                  policy_head: PolicyHead | None = None, execution: Execution = Execution(),
                  head_vocabulary: HeadVocabulary | None = None):
         """``execution``: how its engines compute (simulmt.core.execution: switches that keep the output).
-        ``head_vocabulary``: the LM head computes those tokens (with every special and end token added) and each
+        ``head_vocabulary``: the LM head computes those tokens (with the format's end tokens added) and each
         stream's source tokens read, nothing else (simulmt.core.head_vocabulary: faster, and opt-in because it
         changes the output where the full head would choose another token)."""
         self.model, self.tokenizer, self.name = model, tokenizer, name
@@ -56,8 +56,7 @@ class Translator:
             fmt = replace(fmt, stop_ids=fmt.stop_ids | newline_ids(tokenizer))
         self.fmt: PromptFormat = fmt
         if head_vocabulary is not None:  # (other special tokens are never proposed: vocabulary.py)
-            vocab = getattr(model.get_output_embeddings(), "out_features", None) or len(tokenizer)
-            head_vocabulary = head_vocabulary.with_ids(fmt.stop_ids).within(vocab)
+            head_vocabulary = head_vocabulary.with_ids(fmt.stop_ids)
         self.runner = ModelRunner(model, execution, head_vocabulary)
         self.word_starts = word_start_table(tokenizer, self.runner.compute.vocab)
         self.special = token_table(special_token_ids(tokenizer), self.runner.compute.vocab)

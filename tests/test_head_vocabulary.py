@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import SOURCE, TARGET, tiny_translator
+from helpers import SOURCE, TARGET, tiny_interleaved_translator, tiny_translator
 from simulmt.core.head_vocabulary import HeadVocabulary, ShortlistHead, read_source_ids
-from simulmt.core.layouts import Expost, GroupPositions, PrefixRecompute
+from simulmt.core.engine import Engine, run_batched
+from simulmt.core.layouts import Expost, GroupPositions, Interleaved, PrefixRecompute
+from simulmt.core.learned_policy import Learned, PolicyHead
 from simulmt.core.packed_linear import PackedLinear, fbgemm_available, pack_linears
 from simulmt.core.placed import PlacedToken, Role
 from simulmt.core.policies import WaitK
@@ -241,3 +243,32 @@ def test_translator_load_and_the_cli_take_text_files(tmp_path, monkeypatch, caps
     assert capsys.readouterr().out.strip()
     assert cli.main(["translate", str(tmp_path / "in.txt"), "--head-vocabulary", str(tmp_path / "nope.txt")]) == 1
     assert "nope.txt is not a file" in capsys.readouterr().err
+
+
+def test_a_learned_policy_with_a_head_vocabulary_batched_as_alone():
+    """A learned policy decides on the features during the forward and a READ takes no LM head row: the rows that
+    get logits are a subset of the answers, and each keeps its own source tokens."""
+    base = tiny_interleaved_translator("llama")
+    tr = Translator(base.model, base.tokenizer, head_vocabulary=HeadVocabulary(kept_ids(base), "test"))
+    kept = set(tr.runner.shortlist.keep.tolist())
+    assert {tr.fmt.end_of_write, tr.fmt.end_of_translation} <= kept  # the layout's predicted markers stay
+    torch.manual_seed(1)
+    head = PolicyHead(torch.randn(2, tr.model.config.hidden_size), torch.zeros(2))
+    jobs = [(SOURCES[i % len(SOURCES)], Learned(0.5, head) if i % 2 else WaitK(1 + i % 3)) for i in range(6)]
+    alone = []
+    for text, policy in jobs:
+        session = tr.session(Interleaved(), policy, record=True)
+        session.run(text)
+        alone.append(session)
+    streams = []
+    for text, policy in jobs:
+        stream = tr.new_stream(Interleaved(), policy, record=True)
+        stream.push(text.split(), finished=True)
+        streams.append(stream)
+    streams = run_batched(streams, Engine(tr.runner), batch_size=4)
+    for a, b in zip(alone, streams):
+        ra, rb = a.result(), b.result()
+        assert (rb.prediction, rb.delays) == (ra.prediction, ra.delays)
+        for p, q in zip(a.proposals, b.proposals):
+            read = {t.token_id for t in q.context if t.role is Role.SOURCE}
+            assert p.token == q.token and finite_ids(q.logits) == kept | read

@@ -6,7 +6,7 @@ CPU, and more with many streams. A German translation uses a few tens of thousan
 vocabulary, each answered query gets logits for
 
 * the *kept* tokens: those that occur in target-language text the user names (a training set's target side, a
-  monolingual corpus), plus every special and end token; one product with that many rows of the head, and
+  monolingual corpus), plus the prompt format's end tokens; one product with that many rows of the head, and
 * the tokens of the source words its stream has read before that query (names and numbers are copied from the
   source: without them "Sarandos" became "Saradas"), each row's own, computed row by row,
 
@@ -49,7 +49,7 @@ class HeadVocabulary:
     @classmethod
     def from_texts(cls, tokenizer, paths: Iterable[str | Path], origin: str | None = None) -> "HeadVocabulary":
         """Every token of the lines of ``paths`` (UTF-8 text in the target language), as the tokenizer splits them
-        (without special tokens: the translator adds those)."""
+        (without special tokens: the translator adds its format's end tokens)."""
         paths = [Path(str(p).strip()) for p in paths if str(p).strip()]
         if not paths:
             raise SimulmtError("a head vocabulary needs at least one text file in the target language")

@@ -132,10 +132,10 @@ class ModelRunner:
         self.model_cache_arg, self.decoder_cache_arg = cache_argument(model), cache_argument(self.decoder)
         self._check_head()
         self.shortlist = None
-        if head_vocabulary is not None:
-            self.shortlist = ShortlistHead(self.head, head_vocabulary, getattr(self.head, "out_features",
-                                                                               self.compute.vocab),
-                                           self.softcap, model.get_input_embeddings())
+        if head_vocabulary is not None:  # (ids the tokenizer knows beyond the head's rows: none to compute)
+            rows = getattr(self.head, "out_features", self.compute.vocab)
+            self.shortlist = ShortlistHead(self.head, head_vocabulary.within(rows), rows, self.softcap,
+                                           model.get_input_embeddings())
             self.compute = replace(self.compute, head_vocab=self.shortlist.size)
         graphs = execution.cuda_graphs and self.device.type == "cuda"
         self.static: StaticDecoder | None = StaticDecoder(self) if graphs else None  # engines then keep stable caches
