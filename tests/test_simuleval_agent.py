@@ -233,3 +233,31 @@ def test_a_lone_surrogate_is_a_clear_error():
     agent = _agent()
     with pytest.raises(SimulmtError, match=r"source word 1 \('caf\\udce9'\) is not valid text: .*U\+DCE9"):
         agent.pushpop(TextSegment(index=0, content="caf\udce9", finished=True))
+
+
+@needs_simuleval
+def test_the_agent_takes_a_head_vocabulary(tmp_path):
+    """``--head-vocabulary FILES`` reaches the translator the agent loads, and the agent writes what a translator
+    loaded with the same files writes."""
+    from argparse import ArgumentParser
+
+    from helpers import save_tiny_model
+    from simulmt import Translator
+    from simulmt.evaluation.simuleval_agent import SimulmtAgent
+
+    folder = save_tiny_model(tmp_path / "model")
+    (tmp_path / "de.txt").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
+    parser = ArgumentParser()
+    SimulmtAgent.add_args(parser)
+    args = parser.parse_args(["--model", str(folder), "--adapter", "none", "--k", "2",
+                              "--head-vocabulary", str(tmp_path / "de.txt")])
+    agent = SimulmtAgent(args)
+    assert agent.translator.head_vocabulary.startswith("de.txt: ")
+    direct = Translator.load(str(folder), adapter="none", head_vocabulary=str(tmp_path / "de.txt"))
+    evaluator = _evaluate(agent, tmp_path)
+    expected = [direct.translate(s, "expost", "wait-k", k=2).prediction for s in SOURCES]
+    assert [i.prediction for i in evaluator.instances.values()] == expected
+    whole = Translator.load(str(folder), adapter="none").translate(SOURCES[2], "expost", "wait-k", k=2)
+    assert whole.flops > direct.translate(SOURCES[2], "expost", "wait-k", k=2).flops  # (a shorter head)
+    with pytest.raises(SimulmtError, match="nope.txt is not a file"):
+        SimulmtAgent(parser.parse_args(["--model", str(folder), "--head-vocabulary", str(tmp_path / "nope.txt")]))

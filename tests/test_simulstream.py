@@ -71,3 +71,20 @@ def test_a_talk_runs_under_simulstream_inference_and_is_scored_by_the_harness(tm
         "talk.yaml", "--word_level", "--lang", "de", "--output_folder", "omni", cwd=tmp_path)
     scores = dict(row.split("\t") for row in (tmp_path / "omni" / "scores.tsv").read_text().splitlines()[1:])
     assert "BLEU" in scores and float(scores["LongYAAL (CU)"]) > 0
+
+
+def test_the_processor_config_takes_a_head_vocabulary(monkeypatch):
+    """``head_vocabulary`` in the processor's config reaches the text model's loading, and is part of what tells
+    one loaded configuration from another."""
+    from types import SimpleNamespace
+
+    from simulmt.evaluation.simulstream_processor import SimulmtProcessor
+    from simulmt.speech import loading
+
+    seen = []
+    monkeypatch.setattr(loading, "load_speech", lambda speech_model, **kwargs: (seen.append(kwargs), (object(), {}))[1])
+    monkeypatch.setattr(SimulmtProcessor, "_loaded", {})
+    SimulmtProcessor.load_model(SimpleNamespace(head_vocabulary="a.de,b.en"))
+    SimulmtProcessor.load_model(SimpleNamespace())
+    assert [kw["head_vocabulary"] for kw in seen] == ["a.de,b.en", None]
+    assert len(SimulmtProcessor._loaded) == 2

@@ -327,3 +327,19 @@ def test_load_speech_gives_the_recogniser_the_options_asked_for(monkeypatch):
     loading.load_speech(None)
     assert (seen[0].policy, seen[0].pause_ms, seen[0].step_ms, seen[0].beam_size) == ("alignatt", 700, 500, 5)
     assert (seen[1].policy, seen[1].pause_ms, seen[1].beam_size) == (DEFAULT_POLICY, DEFAULT_PAUSE_MS, 1)
+
+
+def test_the_simuleval_speech_agent_passes_a_head_vocabulary_to_the_text_model(monkeypatch):
+    from argparse import ArgumentParser
+
+    pytest.importorskip("simuleval", reason="SimulEval 1.1.4 (setup.sh puts it in .simuleval/)")
+    from simulmt.evaluation import simuleval_speech_agent
+
+    seen = []
+    monkeypatch.setattr(simuleval_speech_agent, "load_speech",
+                        lambda speech_model, **kwargs: (seen.append(kwargs), (cascade(), {}))[1])
+    parser = ArgumentParser()
+    simuleval_speech_agent.SimulmtSpeechAgent.add_args(parser)
+    simuleval_speech_agent.SimulmtSpeechAgent(parser.parse_args(["--head-vocabulary", "a.de,b.en"]))
+    simuleval_speech_agent.SimulmtSpeechAgent(parser.parse_args([]))
+    assert [kw["head_vocabulary"] for kw in seen] == ["a.de,b.en", None]

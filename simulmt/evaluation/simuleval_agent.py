@@ -110,6 +110,9 @@ class SimulmtAgent(TextToTextAgent):
         group.add_argument("--phi", type=int, default=256, help="gpe: first position id of the target group")
         group.add_argument("--source-lang", default="en", help="source language (code or English name)")
         group.add_argument("--target-lang", default="de", help="target language (code or English name)")
+        group.add_argument("--head-vocabulary", default=None, metavar="FILES",
+                           help="text files (comma-separated): the LM head computes only their tokens and each "
+                           "sentence's source tokens read (as simulmt translate --head-vocabulary)")
         # --device and --dtype/--fp16 are SimulEval's own options; the model is loaded with them
 
     @classmethod
@@ -177,7 +180,8 @@ def _load(args: Namespace) -> Translator:
     half = getattr(args, "dtype", None) == "fp16" or getattr(args, "fp16", False)
     return Translator.load(getattr(args, "model", None), getattr(args, "adapter", "auto"), source_lang=source_lang,
                            target_lang=target_lang, device=getattr(args, "device", None),
-                           dtype=torch.float16 if half else torch.float32)
+                           dtype=torch.float16 if half else torch.float32,
+                           head_vocabulary=getattr(args, "head_vocabulary", None))
 
 
 __all__ = ["SimulEvalMissingError", "SimulmtAgent", "SimulmtStates"]

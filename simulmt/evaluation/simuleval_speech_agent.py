@@ -4,7 +4,8 @@ layout, policy and tau are the defaults).
 
     simuleval --agent-class simulmt.evaluation.simuleval_speech_agent.SimulmtSpeechAgent \\
         --source wavs.list --target ref.de --output out/ --source-type speech --target-type text \\
-        [--model NAME --asr-model tiny.en --layout expost --policy wait-k --k 3]  |  [--speech-model DIR]
+        [--model NAME --asr-model tiny.en --layout expost --policy wait-k --k 3 --head-vocabulary FILES]
+        |  [--speech-model DIR]
 
 SimulEval sends the audio in segments (``--source-segment-size`` ms, samples as floats) and records, for every
 word the agent writes, the ms of audio sent so far as its delay. The agent keeps one ``SpeechSession`` per
@@ -50,7 +51,8 @@ class SimulmtSpeechAgent(SpeechToTextAgent):
         defaults = {"layout": "expost", "policy": "wait-k", "tau": 0.5}
         if speech is None:
             speech, card = load_speech(getattr(args, "speech_model", None), model=getattr(args, "model", None),
-                                       asr_model=getattr(args, "asr_model", "tiny.en"))
+                                       asr_model=getattr(args, "asr_model", "tiny.en"),
+                                       head_vocabulary=getattr(args, "head_vocabulary", None))
             defaults |= card
         elif hasattr(speech, "card_defaults"):
             defaults |= speech.card_defaults
@@ -76,6 +78,9 @@ class SimulmtSpeechAgent(SpeechToTextAgent):
         group.add_argument("--k", type=int, default=3, help="wait-k: in words (or, for an end-to-end model that "
                                                                 "reads blocks, in blocks of audio)")
         group.add_argument("--tau", type=float, default=None, help="learned: the policy head's threshold")
+        group.add_argument("--head-vocabulary", default=None, metavar="FILES",
+                           help="the text model's LM head over these text files' tokens (comma-separated) and each "
+                           "sentence's source tokens heard (as simulmt translate --head-vocabulary)")
 
     def build_states(self) -> SimulmtSpeechStates:
         return SimulmtSpeechStates()

@@ -23,7 +23,8 @@ under ``simulstream_inference`` unchanged::
 Options (besides ``type`` and ``speech_chunk_size``): ``model``, ``adapter``, ``asr_model`` (tiny.en, base, or a
 CTranslate2 folder), ``asr_step_ms``, ``asr_pause_ms``, ``asr_policy``, ``asr_beam``,
 ``source_lang``, ``target_lang``, ``layout``, ``policy``,
-``k``, ``n``, ``tau``, ``slot``, ``phi``, ``context_pairs``, ``context_tokens``, ``max_words``, ``device``, ``dtype``.
+``k``, ``n``, ``tau``, ``slot``, ``phi``, ``context_pairs``, ``context_tokens``, ``max_words``, ``device``, ``dtype``,
+``head_vocabulary`` (text files, comma-separated: the text model's LM head over their tokens and the source heard).
 The tokens it writes are words; ``tokens_to_string`` joins them with spaces.
 """
 
@@ -58,7 +59,7 @@ class SimulmtProcessor(SpeechProcessor):
     def _key(cls, config: SimpleNamespace) -> tuple:
         return tuple(_option(config, name) for name in (
             "model", "adapter", "asr_model", "asr_step_ms", "asr_pause_ms", "asr_policy", "asr_beam", "source_lang",
-            "target_lang", "max_words", "device", "dtype"))
+            "target_lang", "max_words", "device", "dtype", "head_vocabulary"))
 
     @classmethod
     def load_model(cls, config: SimpleNamespace) -> None:
@@ -76,7 +77,8 @@ class SimulmtProcessor(SpeechProcessor):
                                         source_lang=_option(config, "source_lang", "en"),
                                         target_lang=_option(config, "target_lang", "de"),
                                         max_words=int(_option(config, "max_words", DEFAULT_MAX_WORDS)),
-                                        device=_option(config, "device"), dtype=_option(config, "dtype", "auto"))
+                                        device=_option(config, "device"), dtype=_option(config, "dtype", "auto"),
+                                        head_vocabulary=_option(config, "head_vocabulary"))
             cls._loaded[key] = translator
 
     def __init__(self, config: SimpleNamespace):
