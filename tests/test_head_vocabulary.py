@@ -72,12 +72,21 @@ def test_only_kept_tokens_and_the_source_read_get_logits(monkeypatch, arch, move
     session.run(SOURCE)
     assert session.result().prediction  # it writes (from the kept tokens)
     saw_extra = False
+    spelled = set()
     for p in session.proposals:
-        read = {t.token_id for t in p.context if t.role is Role.SOURCE}
+        read = read_with_spellings(session, p.context)
         assert finite_ids(p.logits) == kept | read  # exactly these, and every one of them
         assert p.token in kept | read
         saw_extra |= bool(read - kept)
+        spelled |= read - {t.token_id for t in p.context if t.role is Role.SOURCE}
     assert saw_extra  # the source read brought tokens the kept set lacks
+    assert spelled  # and its words' other spellings tokens of their own
+
+
+def read_with_spellings(stream, context) -> set[int]:
+    """The source tokens in ``context`` and those of their words' other spellings (head_vocabulary.py)."""
+    source = [t for t in context if t.role is Role.SOURCE]
+    return {t.token_id for t in source} | {i for t in source for i in stream.source_spellings(t.unit)}
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
@@ -126,7 +135,7 @@ def test_source_tokens_left_out_of_the_kept_set_come_back_as_read(arch):
     for p, q in zip(a.proposals, b.proposals):
         if p.context != q.context:
             break
-        read = {t.token_id for t in q.context if t.role is Role.SOURCE}
+        read = read_with_spellings(b, q.context)
         finite = torch.isfinite(q.logits)
         assert finite_ids(q.logits) == set(ids) | read
         assert torch.allclose(q.logits[finite], p.logits[finite], atol=1e-4 * max(1.0, float(p.logits.abs().max())))
@@ -200,6 +209,26 @@ def test_read_source_ids_counts_what_each_answer_follows():
     got = read_source_ids(cached, 3, fed, [-4, -3, -2, -1])
     assert [set(g.tolist()) for g in got] == [{10, 11}, {10, 11, 12}, {10, 11, 12}, {10, 11, 12}]
     assert set(read_source_ids(cached, 1, fed, [-1])[0].tolist()) == {12}  # only the cache kept counts
+    spellings = {0: (20, 21)}.get  # (every source token above is of unit 0)
+    got = read_source_ids(cached, 1, fed, [-4, -3], spellings=lambda unit: spellings(unit, ()))
+    assert [set(g.tolist()) for g in got] == [set(), {12, 20, 21}]
+
+
+def test_source_spellings_are_the_word_with_and_without_its_space_and_capitalised():
+    from simulmt.core.head_vocabulary import source_spellings
+    from simulmt.core.prompt_format import word_tokens
+
+    tr = tiny_translator("llama")
+    tok = tr.tokenizer
+    word = next(w for w in SOURCE.split()[1:] if w[:1].islower())
+    unit = word_tokens(tok, word, True)
+    expected = {i for form in (word, word[:1].upper() + word[1:]) for space in (False, True)
+                for i in word_tokens(tok, form, space)} - set(unit)
+    assert set(source_spellings(tok, unit)) == expected and expected
+    session = tr.session(Expost(slot=16), WaitK(3))
+    session.push(SOURCE.split())
+    assert session.source_spellings(1) == source_spellings(tok, session.units[1])
+    assert session.source_spellings(len(session.units)) == ()  # (no such unit)
 
 
 def test_head_vocabulary_from_texts(tmp_path):
@@ -270,5 +299,5 @@ def test_a_learned_policy_with_a_head_vocabulary_batched_as_alone():
         ra, rb = a.result(), b.result()
         assert (rb.prediction, rb.delays) == (ra.prediction, ra.delays)
         for p, q in zip(a.proposals, b.proposals):
-            read = {t.token_id for t in q.context if t.role is Role.SOURCE}
+            read = read_with_spellings(b, q.context)
             assert p.token == q.token and finite_ids(q.logits) == kept | read

@@ -323,7 +323,7 @@ class Engine:
         extras = None
         if self.runner.shortlist is not None:  # each answered query's source tokens read (head_vocabulary.py)
             extras = [ids for s, r in requests for ids in read_source_ids(s.state.tokens, r.keep, r.tokens,
-                                                                           r.answer_offsets())]
+                                                                           r.answer_offsets(), s.source_spellings)]
         queries = PackedQueries(ids, positions, visible, q_index, last, distances,
                                 torch.stack(embedded) if embedded else None, extras)
         wants = Wants(features, layer, None if all(got) else torch.tensor([g for g, n in zip(got, answered)

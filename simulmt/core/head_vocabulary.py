@@ -8,7 +8,8 @@ vocabulary, each answered query gets logits for
 * the *kept* tokens: those that occur in target-language text the user names (a training set's target side, a
   monolingual corpus), plus the prompt format's end tokens; one product with that many rows of the head, and
 * the tokens of the source words its stream has read before that query (names and numbers are copied from the
-  source: without them "Sarandos" became "Saradas"), each row's own, computed row by row,
+  source: without them "Sarandos" became "Saradas"), with and without a leading space and with the first letter
+  upper-cased (German nouns from English words: "scooter" -> "Scooter"), each row's own, computed row by row,
 
 and minus infinity for every other token, so a greedy choice, the decoding rules and a sampler see only those.
 
@@ -18,9 +19,8 @@ normalised over the tokens computed (a forced token outside them has -inf). What
 (a row's extra tokens are its own stream's, computed row by row), guesses on == off (the source tokens read are a
 function of the placed list, the same whether a read was guessed or not), live == simulated (no word the stream
 has not read enters its vocabulary). Only the engine's head is shortened: ``ModelRunner.forward`` (training-style
-checks, the parity tests) computes the whole vocabulary. Limits: the first word of a sentence is tokenised without
-its leading space (prompt_format.py), so a name that starts the source comes back only as those pieces; other
-special tokens than the format's ends are never proposed (vocabulary.py), so they are not kept.
+checks, the parity tests) computes the whole vocabulary. Other special tokens than the format's ends are never
+proposed (vocabulary.py), so they are not kept.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from torch import nn
 
 from simulmt.core.packed_linear import PackedLinear
 from simulmt.core.placed import Role
+from simulmt.core.prompt_format import word_tokens
+from simulmt.core.vocabulary import memo, remember, word_text
 from simulmt.errors import SimulmtError
 
 
@@ -77,18 +79,43 @@ class HeadVocabulary:
     def label(self) -> str:
         """What a run records: where the ids came from, how many, and a digest of them."""
         digest = hashlib.sha256(np.asarray(self.ids, dtype=np.int64).tobytes()).hexdigest()[:16]
-        return f"{self.origin}: {len(self.ids)} tokens, sha256 {digest}"
+        return f"{self.origin}: {len(self.ids)} tokens, sha256 {digest}, source spellings"
 
 
-def read_source_ids(tokens, keep: int, fed, offsets: list[int]) -> list[np.ndarray]:
+def source_spellings(tokenizer, unit: tuple[int, ...]) -> tuple[int, ...]:
+    """The token ids of a source word's other spellings that a translation may copy: with and without its leading
+    space, and with its first letter upper-cased ("scooter" -> " Scooter", a German noun from an English word; a name
+    that began the source, tokenised without its space, written inside the target). Memoised per tokenizer."""
+    table = memo(tokenizer, "source_spellings")
+    found = table.get(unit)
+    if found is None:
+        word = word_text(tokenizer, unit)
+        forms = {word, word[:1].upper() + word[1:]} if word else set()
+        ids = {i for form in forms for space in (False, True) for i in word_tokens(tokenizer, form, space)}
+        found = remember(table, unit, tuple(sorted(ids.difference(unit))))
+    return found
+
+
+def read_source_ids(tokens, keep: int, fed, offsets: list[int], spellings=None) -> list[np.ndarray]:
     """For each answered query of one request: the ids of the source tokens placed before it (those of
-    ``tokens[:keep]``, the stream's cached list, and of ``fed`` up to the query). ``offsets``: the answered
-    queries as offsets from the end of ``fed`` (``ForwardRequest.answer_offsets``). (An alternative stands in for
-    the guessed target token before it and does not see it: a target token, so the source read is the same.)"""
-    base = {t.token_id for t in tokens[:keep] if t.role is Role.SOURCE and t.token_id >= 0}
+    ``tokens[:keep]``, the stream's cached list, and of ``fed`` up to the query), and, with ``spellings`` (source
+    unit index -> token ids: ``Source.source_spellings``), those of the other spellings of each source word read.
+    ``offsets``: the answered queries as offsets from the end of ``fed`` (``ForwardRequest.answer_offsets``). (An
+    alternative stands in for the guessed target token before it and does not see it: a target token, so the
+    source read is the same.)"""
+    cached = [t for t in tokens[:keep] if t.role is Role.SOURCE and t.token_id >= 0]
+    base = {t.token_id for t in cached}
+    units = {t.unit for t in cached}
+    if spellings is not None:
+        for unit in units:
+            base.update(spellings(unit))
     out = []
     for offset in offsets:
-        ids = base | {t.token_id for t in fed[:len(fed) + offset + 1] if t.role is Role.SOURCE and t.token_id >= 0}
+        more = [t for t in fed[:len(fed) + offset + 1] if t.role is Role.SOURCE and t.token_id >= 0]
+        ids = base | {t.token_id for t in more}
+        if spellings is not None:
+            for unit in {t.unit for t in more} - units:
+                ids.update(spellings(unit))
         out.append(np.fromiter(ids, dtype=np.int64, count=len(ids)))
     return out
 

@@ -11,6 +11,7 @@ from bisect import bisect_right
 
 import torch
 
+from simulmt.core.head_vocabulary import source_spellings
 from simulmt.core.placed import embedded_units, embedding_row
 from simulmt.core.policies import StreamState
 from simulmt.core.prompt_format import source_units
@@ -69,6 +70,12 @@ class Source:
 
     def _next_arrival(self) -> int:
         return self.arrivals[-1] + 1 if self.arrivals else 0
+
+    def source_spellings(self, unit: int) -> tuple[int, ...]:
+        """The token ids of source unit ``unit``'s other spellings (a head vocabulary computes them once the unit is
+        read: head_vocabulary.py); none for an embedded unit."""
+        ids = self.units[unit] if 0 <= unit < len(self.units) else ()
+        return source_spellings(self.tokenizer, ids) if ids and ids[0] >= 0 else ()
 
     def embedding_of(self, token_id: int) -> torch.Tensor:
         """The embedding an embedded source token (id < 0) carries."""
