@@ -137,6 +137,8 @@ def main() -> int:
                         help="decode a buffer up to this long in a window of this length (0: Whisper's 30 s)")
     parser.add_argument("--asr-policy", default="local-agreement", help="local-agreement or alignatt")
     parser.add_argument("--margin-ms", type=int, default=500, help="AlignAtt's margin before the audio's end")
+    parser.add_argument("--hold-ms", type=int, default=0,
+                        help="LocalAgreement: a word ending this close to the audio's end waits (0: off)")
     parser.add_argument("--pause-ms", type=int, default=0, help="the recogniser's voice-activity pause (0: off)")
     parser.add_argument("--head-vocabulary", default=None, metavar="FILES",
                         help="the text model's LM head over these files' tokens (simulmt.core.head_vocabulary)")
@@ -177,6 +179,7 @@ def main() -> int:
 
     asr = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads,
                             window_ms=args.window_ms, policy=args.asr_policy, margin_ms=args.margin_ms,
+                            hold_ms=args.hold_ms,
                             pause_ms=args.pause_ms, beam_size=args.asr_beam)
     cascade = CascadeTranslator.load(args.model, asr=asr, dtype="auto", head_vocabulary=args.head_vocabulary)
     kwargs = dict(layout=args.layout, policy="wait-k", k=args.k)
@@ -247,7 +250,7 @@ def main() -> int:
                                      [normal(r["heard"]) for r in records if r["voice"] == v]) for v in voices}
     head = f", head vocabulary {args.head_vocabulary}" if args.head_vocabulary else ""
     print(f"\n{len(records)} lines; {cascade.name}, {cascade.dtype}{head}, {args.layout} wait-{args.k}, recogniser step "
-          f"{args.step_ms} ms, {args.asr_policy} (margin {args.margin_ms} ms), pause {args.pause_ms} ms, "
+          f"{args.step_ms} ms, {args.asr_policy} (margin {args.margin_ms} ms, hold {args.hold_ms} ms), pause {args.pause_ms} ms, "
           f"{args.threads} threads\n")
     print("| | WER % | BLEU | LAAL ms | LAAL, shown ms | first word lag p50 / p95 ms | RTF (recogniser alone) |\n"
           "|---|---:|---:|---:|---:|---:|---:|")

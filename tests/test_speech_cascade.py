@@ -46,6 +46,24 @@ def test_local_agreement_after_a_trim_drops_the_past_and_a_repeated_tail():
     assert [w.text for w in n1.update(words("x", "y"))] == ["x", "y"]  # n = 1: every transcript is final
 
 
+def test_local_agreement_holds_back_words_that_end_near_the_end_of_the_audio():
+    """With ``hold_ms``, two transcripts that agree on a word at the edge of the audio (a short step may agree on a
+    word the audio cut) do not confirm it until the audio has gone ``hold_ms`` past its end."""
+    held, plain = LocalAgreement(2, hold_ms=500), LocalAgreement(2)
+    first, second = words("a", "man", "gentle"), words("a", "man", "gentle")  # "gentle" ends at 1500 ms
+    for agreement in (held, plain):
+        agreement.update(first, 1500.0)
+    assert [w.text for w in plain.update(second, 1700.0)] == ["a", "man", "gentle"]
+    assert [w.text for w in held.update(second, 1700.0)] == ["a", "man"]  # 1500 > 1700 - 500: not yet
+    assert [w.text for w in held.update(words("a", "man", "gentleman", "caressing"), 2200.0)] == []  # disagrees
+    assert [w.text for w in held.update(words("a", "man", "gentleman", "caressing"), 2400.0)] == ["gentleman"]
+    assert [w.text for w in held.flush()] == ["caressing"]
+    assert [w.text for w in LocalAgreement(2, hold_ms=500).update(second)] == []  # (no audio end: no hold, and
+    # nothing to agree with yet)
+    with pytest.raises(SimulmtError, match="hold_ms must be at least 0"):
+        RecognizerOptions(hold_ms=-1)
+
+
 def test_alignatt_confirms_the_words_aligned_before_the_newest_audio():
     from simulmt.speech.align_att import AlignAtt
 

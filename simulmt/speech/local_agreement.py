@@ -47,6 +47,7 @@ class LocalAgreement:
     confirmed: list[TimedWord] = field(default_factory=list)
     history: list[list[TimedWord]] = field(default_factory=list)  # the last n-1 hypotheses, past the confirmed
     in_buffer: int = 0  # the last confirmed words whose audio is still in the recogniser's buffer
+    hold_ms: float = 0.0  # a word that ends this close to the end of the audio is not confirmed yet, agreed or not
 
     def __post_init__(self):
         if self.n < 1:
@@ -54,12 +55,16 @@ class LocalAgreement:
 
     def update(self, hypothesis: list[TimedWord], audio_end_ms: float | None = None) -> list[TimedWord]:
         """A new transcript of the buffer (times on the audio's clock) -> the words it confirms, in order.
-        (``audio_end_ms``: where the audio ends; agreement does not need it, AlignAtt does: align_att.py.)"""
+        ``audio_end_ms``: where the audio ends (with ``hold_ms``, a word ending within ``hold_ms`` of it waits: two
+        transcripts of a short step may agree on a word the audio cut, "gentle" for "gentleman")."""
         fresh = self._after_confirmed(hypothesis)
         candidates = [*self.history[-(self.n - 1):], fresh] if self.n > 1 else [fresh]
         newly: list[TimedWord] = []
+        held = float("inf") if audio_end_ms is None or not self.hold_ms else audio_end_ms - self.hold_ms
         if len(candidates) == self.n:
             for i, word in enumerate(fresh):
+                if word.end_ms > held:
+                    break
                 if all(i < len(h) and h[i].key == word.key for h in candidates):
                     newly.append(word)
                 else:

@@ -51,6 +51,7 @@ class RecognizerOptions:
     policy: str = DEFAULT_POLICY  # which words are final: "local-agreement" (n transcripts agree) or "alignatt"
     # (a word whose cross-attention alignment ends margin_ms before the audio's end: align_att.py)
     agreement: int = 2  # LocalAgreement-n
+    hold_ms: int = 0  # LocalAgreement: a word that ends this close to the end of the audio is not final yet
     margin_ms: int = 500  # AlignAtt: a word aligned this close to the end of the audio is not final yet
     trim_ms: int = 12000  # past this the buffer is cut after a confirmed word
     max_buffer_ms: int = 30000  # never longer (Whisper's window)
@@ -70,8 +71,9 @@ class RecognizerOptions:
                 raise SimulmtError(f"recogniser option {name} must be at least 1, got {getattr(self, name)}")
         if self.policy not in POLICIES:
             raise SimulmtError(f"unknown recogniser policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
-        if self.margin_ms < 0:
-            raise SimulmtError(f"recogniser option margin_ms must be at least 0, got {self.margin_ms}")
+        if self.margin_ms < 0 or self.hold_ms < 0:
+            raise SimulmtError(f"recogniser options margin_ms and hold_ms must be at least 0, got {self.margin_ms} "
+                               f"and {self.hold_ms}")
         if self.pause_ms < 0:
             raise SimulmtError(f"recogniser option pause_ms must be at least 0 (0: off), got {self.pause_ms}")
         if not 0 <= self.window_ms <= 30000:
@@ -319,7 +321,7 @@ class StreamingRecognizer:
 
     def __post_init__(self):
         self.agreement = (AlignAtt(margin_ms=self.options.margin_ms) if self.options.policy == "alignatt"
-                          else LocalAgreement(self.options.agreement))
+                          else LocalAgreement(self.options.agreement, hold_ms=self.options.hold_ms))
         self.voice: VoiceActivity | None = None
         if self.options.pause_ms:
             model = getattr(self.whisper, "voice_model", None)
