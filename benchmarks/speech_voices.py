@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import re
-import itertools
 import subprocess
 import sys
 import tempfile
@@ -137,6 +136,9 @@ def main() -> int:
                         help="decode a buffer up to this long in a window of this length (0: Whisper's 30 s)")
     parser.add_argument("--asr-policy", default="local-agreement", help="local-agreement or alignatt")
     parser.add_argument("--margin-ms", type=int, default=500, help="AlignAtt's margin before the audio's end")
+    parser.add_argument("--min-audio-ms", type=int, default=1000,
+                        help="no transcript of a buffer shorter than this (but at a pause or the end; 0: off; the "
+                        "recogniser's default)")
     parser.add_argument("--hold-ms", type=int, default=0,
                         help="LocalAgreement: a word ending this close to the audio's end waits (0: off)")
     parser.add_argument("--pause-ms", type=int, default=0, help="the recogniser's voice-activity pause (0: off)")
@@ -179,7 +181,7 @@ def main() -> int:
 
     asr = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads,
                             window_ms=args.window_ms, policy=args.asr_policy, margin_ms=args.margin_ms,
-                            hold_ms=args.hold_ms,
+                            hold_ms=args.hold_ms, min_audio_ms=args.min_audio_ms,
                             pause_ms=args.pause_ms, beam_size=args.asr_beam)
     cascade = CascadeTranslator.load(args.model, asr=asr, dtype="auto", head_vocabulary=args.head_vocabulary)
     kwargs = dict(layout=args.layout, policy="wait-k", k=args.k)
@@ -193,7 +195,6 @@ def main() -> int:
         session = cascade.session(**kwargs)
         written: list[tuple[int, float]] = []  # (delay, wall ms since the audio started) of each target word
         call_end: list[float] = []  # wall ms at the end of the call that yielded each word
-        call: list[int] = []
         compute = 0.0
         t0 = time.perf_counter()
         pieces = [(start, audio[start:start + step]) for start in range(0, len(audio), step)]
@@ -202,16 +203,15 @@ def main() -> int:
             if time.perf_counter() < ready:
                 time.sleep(ready - time.perf_counter())
             began = time.perf_counter()
-            words = session.push_audio(piece)
+            before = len(written)
+            for w in session.push_audio(piece):  # each word when it is yielded (as the service sends it: after
+                written.append((w.delay, 1000 * (time.perf_counter() - t0)))  # the engine round that wrote it)
             if i == len(pieces) - 1:
-                words = itertools.chain(words, session.finish())
-            for w in words:  # each word when it is yielded (as the service sends it: after its engine round)
-                written.append((w.delay, 1000 * (time.perf_counter() - t0)))
-                call.append(len(written) - 1)
+                for w in session.finish():
+                    written.append((w.delay, 1000 * (time.perf_counter() - t0)))
             now = time.perf_counter()
             compute += now - began
-            call_end += [1000 * (now - t0)] * len(call)  # (the same words stamped at the end of the call)
-            call = []
+            call_end += [1000 * (now - t0)] * (len(written) - before)  # (the same words, stamped at the call's end)
         result = session.result()
         text = cascade.translator.translate(source, **kwargs)
         if reference is None:  # no translation of the recording: how much of the text's translation survives
@@ -228,7 +228,8 @@ def main() -> int:
                         "shown_ms": [t for _, t in written],
                         "text_delays_ms": [ends[min(d, len(ends)) - 1] if d else 0.0 for d in text.delays],
                         "audio_ms": result.duration_ms, "compute_ms": 1000 * compute, "asr_ms": result.encoder_ms,
-                        "first_lag_ms": first_lag, "first_heard_lag_ms": first_heard, "first_call_lag_ms": first_call, "error": result.error})
+                        "first_lag_ms": first_lag, "first_heard_lag_ms": first_heard, "first_call_lag_ms": first_call,
+                        "error": result.error})
         print(json.dumps({k: records[-1][k] for k in ("voice", "heard", "speech", "first_lag_ms")},
                          ensure_ascii=False), file=sys.stderr, flush=True)
     if args.output:
@@ -250,7 +251,8 @@ def main() -> int:
                                      [normal(r["heard"]) for r in records if r["voice"] == v]) for v in voices}
     head = f", head vocabulary {args.head_vocabulary}" if args.head_vocabulary else ""
     print(f"\n{len(records)} lines; {cascade.name}, {cascade.dtype}{head}, {args.layout} wait-{args.k}, recogniser step "
-          f"{args.step_ms} ms, {args.asr_policy} (margin {args.margin_ms} ms, hold {args.hold_ms} ms), pause {args.pause_ms} ms, "
+          f"{args.step_ms} ms, {args.asr_policy} (margin {args.margin_ms} ms, hold {args.hold_ms} ms, min audio "
+          f"{args.min_audio_ms} ms), pause {args.pause_ms} ms, "
           f"{args.threads} threads\n")
     print("| | WER % | BLEU | LAAL ms | LAAL, shown ms | first word lag p50 / p95 ms | RTF (recogniser alone) |\n"
           "|---|---:|---:|---:|---:|---:|---:|")

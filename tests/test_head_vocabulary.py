@@ -206,11 +206,11 @@ def test_read_source_ids_counts_what_each_answer_follows():
     cached = (PlacedToken(1, 0, Role.PROMPT), src(10), src(11), tgt(50))
     fed = (tgt(51), src(12), tgt(52), tgt(53))  # the list's last token, a guess (a source token, a target token),
     # and one alternative to the guess's last token
-    got = read_source_ids(cached, 3, fed, [-4, -3, -2, -1])
+    got = read_source_ids(cached, 3, fed, [-4, -3, -2, -1], lambda unit: ())
     assert [set(g.tolist()) for g in got] == [{10, 11}, {10, 11, 12}, {10, 11, 12}, {10, 11, 12}]
-    assert set(read_source_ids(cached, 1, fed, [-1])[0].tolist()) == {12}  # only the cache kept counts
+    assert set(read_source_ids(cached, 1, fed, [-1], lambda unit: ())[0].tolist()) == {12}  # only the cache kept counts
     spellings = {0: (20, 21)}.get  # (every source token above is of unit 0)
-    got = read_source_ids(cached, 1, fed, [-4, -3], spellings=lambda unit: spellings(unit, ()))
+    got = read_source_ids(cached, 1, fed, [-4, -3], lambda unit: spellings(unit, ()))
     assert [set(g.tolist()) for g in got] == [set(), {12, 20, 21}]
 
 
@@ -225,6 +225,9 @@ def test_source_spellings_are_the_word_with_and_without_its_space_and_capitalise
     expected = {i for form in (word, word[:1].upper() + word[1:]) for space in (False, True)
                 for i in word_tokens(tok, form, space)} - set(unit)
     assert set(source_spellings(tok, unit)) == expected and expected
+    quoted = word_tokens(tok, f'"{word}",', True)  # its first letter is upper-cased, not its first character
+    capital = word_tokens(tok, f'"{word[:1].upper() + word[1:]}",', True)
+    assert set(capital) != set(quoted) and set(capital) <= set(source_spellings(tok, quoted)) | set(quoted)
     session = tr.session(Expost(slot=16), WaitK(3))
     session.push(SOURCE.split())
     assert session.source_spellings(1) == source_spellings(tok, session.units[1])

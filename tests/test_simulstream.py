@@ -86,5 +86,6 @@ def test_the_processor_config_takes_a_head_vocabulary(monkeypatch):
     monkeypatch.setattr(SimulmtProcessor, "_loaded", {})
     SimulmtProcessor.load_model(SimpleNamespace(head_vocabulary="a.de,b.en"))
     SimulmtProcessor.load_model(SimpleNamespace())
+    SimulmtProcessor.load_model(SimpleNamespace(head_vocabulary=["a.de", "b.en"]))  # (YAML's list: the same files)
     assert [kw["head_vocabulary"] for kw in seen] == ["a.de,b.en", None]
     assert len(SimulmtProcessor._loaded) == 2

@@ -60,7 +60,9 @@ def test_local_agreement_holds_back_words_that_end_near_the_end_of_the_audio():
     assert [w.text for w in held.flush()] == ["caressing"]
     assert [w.text for w in LocalAgreement(2, hold_ms=500).update(second)] == []  # (no audio end: no hold, and
     # nothing to agree with yet)
-    with pytest.raises(SimulmtError, match="hold_ms must be at least 0"):
+    options = RecognizerOptions(hold_ms=500)
+    assert StreamingRecognizer(FakeWhisper(options), options).agreement.hold_ms == 500  # the recogniser passes it on
+    with pytest.raises(SimulmtError, match="option hold_ms must be at least 0"):
         RecognizerOptions(hold_ms=-1)
 
 
@@ -248,6 +250,28 @@ def test_the_recogniser_confirms_every_word_once_with_a_bounded_buffer(policy):
     else:  # AlignAtt: at the first update whose audio ends margin_ms after the word
         assert max(lags) <= 300 + 500
     assert len(recognizer.agreement.confirmed) <= 60 and recognizer.seconds > 0
+
+
+def test_no_transcript_of_a_buffer_shorter_than_min_audio_ms_but_at_the_end():
+    """``min_audio_ms`` (1,000 by default): the updates of a buffer shorter than it are not decoded (no call, no
+    word); the rest are as without it, and the end of the audio is decoded however short it is."""
+    def run(audio, **options):
+        opts = RecognizerOptions(step_ms=500, trim_ms=4000, max_buffer_ms=8000, **options)
+        whisper = FakeWhisper(opts)
+        recognizer = StreamingRecognizer(whisper, opts)
+        heard = recognizer.push(audio) + recognizer.finish()
+        return [(w.text, w.confirmed_ms) for w in heard], whisper.calls
+
+    audio = spoken(SCRIPT[:6])  # 3 s: updates at 0.5, 1.0, ... 3.0 s
+    plain, plain_calls = run(audio, min_audio_ms=0)
+    waited, waited_calls = run(audio)  # (the default: 1,000 ms)
+    assert waited_calls == plain_calls - 1  # the 0.5 s update is not decoded
+    assert [t for t, _ in waited] == [t for t, _ in plain] == SCRIPT[:6]
+    assert waited[0][1] > plain[0][1]  # its first word is confirmed one update later
+    short, calls = run(spoken(SCRIPT[:1]), min_audio_ms=1000)  # half a second, then the end: decoded at the end
+    assert [t for t, _ in short] == SCRIPT[:1] and calls == 1
+    with pytest.raises(SimulmtError, match="option min_audio_ms must be at least 0"):
+        RecognizerOptions(min_audio_ms=-1)
 
 
 def test_the_cascade_translates_sentence_by_sentence_and_live_equals_batched(tmp_path):

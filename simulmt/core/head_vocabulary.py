@@ -90,32 +90,31 @@ def source_spellings(tokenizer, unit: tuple[int, ...]) -> tuple[int, ...]:
     found = table.get(unit)
     if found is None:
         word = word_text(tokenizer, unit)
-        forms = {word, word[:1].upper() + word[1:]} if word else set()
+        first = next((i for i, c in enumerate(word) if c.isalpha()), None)  # ('"frog"': its first letter)
+        forms = {word} if first is None else {word, word[:first] + word[first].upper() + word[first + 1:]}
         ids = {i for form in forms for space in (False, True) for i in word_tokens(tokenizer, form, space)}
         found = remember(table, unit, tuple(sorted(ids.difference(unit))))
     return found
 
 
-def read_source_ids(tokens, keep: int, fed, offsets: list[int], spellings=None) -> list[np.ndarray]:
+def read_source_ids(tokens, keep: int, fed, offsets: list[int], spellings) -> list[np.ndarray]:
     """For each answered query of one request: the ids of the source tokens placed before it (those of
-    ``tokens[:keep]``, the stream's cached list, and of ``fed`` up to the query), and, with ``spellings`` (source
-    unit index -> token ids: ``Source.source_spellings``), those of the other spellings of each source word read.
+    ``tokens[:keep]``, the stream's cached list, and of ``fed`` up to the query), and those of the other spellings
+    of each source word read (``spellings``: source unit index -> token ids, ``Source.source_spellings``).
     ``offsets``: the answered queries as offsets from the end of ``fed`` (``ForwardRequest.answer_offsets``). (An
     alternative stands in for the guessed target token before it and does not see it: a target token, so the
     source read is the same.)"""
     cached = [t for t in tokens[:keep] if t.role is Role.SOURCE and t.token_id >= 0]
     base = {t.token_id for t in cached}
     units = {t.unit for t in cached}
-    if spellings is not None:
-        for unit in units:
-            base.update(spellings(unit))
+    for unit in units:
+        base.update(spellings(unit))
     out = []
     for offset in offsets:
         more = [t for t in fed[:len(fed) + offset + 1] if t.role is Role.SOURCE and t.token_id >= 0]
         ids = base | {t.token_id for t in more}
-        if spellings is not None:
-            for unit in {t.unit for t in more} - units:
-                ids.update(spellings(unit))
+        for unit in {t.unit for t in more} - units:
+            ids.update(spellings(unit))
         out.append(np.fromiter(ids, dtype=np.int64, count=len(ids)))
     return out
 
@@ -175,6 +174,7 @@ class ShortlistHead(nn.Module):
         out.index_copy_(1, self.keep, computed)
         if extras is None:
             return out
+        extras = [ids[ids < self.vocab_size] for ids in extras]  # (a spelling's token beyond the head's rows)
         extras = [ids[~self.kept[ids]] if len(ids) else ids for ids in extras]
         sizes = [len(ids) for ids in extras]
         if not sum(sizes):

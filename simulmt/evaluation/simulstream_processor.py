@@ -57,6 +57,8 @@ class SimulmtProcessor(SpeechProcessor):
 
     @classmethod
     def _key(cls, config: SimpleNamespace) -> tuple:
+        if isinstance(_option(config, "head_vocabulary"), (list, tuple)):  # (YAML: a list of files)
+            config.head_vocabulary = ",".join(map(str, config.head_vocabulary))
         return tuple(_option(config, name) for name in (
             "model", "adapter", "asr_model", "asr_step_ms", "asr_pause_ms", "asr_policy", "asr_beam", "source_lang",
             "target_lang", "max_words", "device", "dtype", "head_vocabulary"))

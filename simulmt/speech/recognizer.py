@@ -52,6 +52,7 @@ class RecognizerOptions:
     # (a word whose cross-attention alignment ends margin_ms before the audio's end: align_att.py)
     agreement: int = 2  # LocalAgreement-n
     hold_ms: int = 0  # LocalAgreement: a word that ends this close to the end of the audio is not final yet
+    min_audio_ms: int = 1000  # no transcript of a buffer shorter than this (but at a pause or the end of the audio)
     margin_ms: int = 500  # AlignAtt: a word aligned this close to the end of the audio is not final yet
     trim_ms: int = 12000  # past this the buffer is cut after a confirmed word
     max_buffer_ms: int = 30000  # never longer (Whisper's window)
@@ -71,9 +72,9 @@ class RecognizerOptions:
                 raise SimulmtError(f"recogniser option {name} must be at least 1, got {getattr(self, name)}")
         if self.policy not in POLICIES:
             raise SimulmtError(f"unknown recogniser policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
-        if self.margin_ms < 0 or self.hold_ms < 0:
-            raise SimulmtError(f"recogniser options margin_ms and hold_ms must be at least 0, got {self.margin_ms} "
-                               f"and {self.hold_ms}")
+        for name in ("margin_ms", "hold_ms", "min_audio_ms"):
+            if getattr(self, name) < 0:
+                raise SimulmtError(f"recogniser option {name} must be at least 0, got {getattr(self, name)}")
         if self.pause_ms < 0:
             raise SimulmtError(f"recogniser option pause_ms must be at least 0 (0: off), got {self.pause_ms}")
         if not 0 <= self.window_ms <= 30000:
@@ -366,6 +367,9 @@ class StreamingRecognizer:
                 self.seconds += time.perf_counter() - started
                 return []
             paused = self.voice.trailing_silence_ms() >= self.options.pause_ms
+        if not final and not paused and 1000.0 * len(self.buffer) / RATE < self.options.min_audio_ms:
+            self.seconds += time.perf_counter() - started
+            return []  # too little audio yet: a transcript of half a second invents its first word
         prompt = " ".join(self.before_buffer)[-self.options.prompt_chars:]
         audio = self.buffer
         if paused:  # decode the speech, not the silence after it (where Whisper invents words: measured, loops)
