@@ -136,6 +136,8 @@ def main() -> int:
                         help="decode a buffer up to this long in a window of this length (0: Whisper's 30 s)")
     parser.add_argument("--asr-policy", default="local-agreement", help="local-agreement or alignatt")
     parser.add_argument("--margin-ms", type=int, default=500, help="AlignAtt's margin before the audio's end")
+    parser.add_argument("--min-window-ms", type=int, default=0,
+                        help="decode a short buffer in a window a second past it, at least this long (0: window-ms)")
     parser.add_argument("--min-audio-ms", type=int, default=1000,
                         help="no transcript of a buffer shorter than this (but at a pause or the end; 0: off; the "
                         "recogniser's default)")
@@ -181,7 +183,7 @@ def main() -> int:
 
     asr = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads,
                             window_ms=args.window_ms, policy=args.asr_policy, margin_ms=args.margin_ms,
-                            hold_ms=args.hold_ms, min_audio_ms=args.min_audio_ms,
+                            hold_ms=args.hold_ms, min_audio_ms=args.min_audio_ms, min_window_ms=args.min_window_ms,
                             pause_ms=args.pause_ms, beam_size=args.asr_beam)
     cascade = CascadeTranslator.load(args.model, asr=asr, dtype="auto", head_vocabulary=args.head_vocabulary)
     kwargs = dict(layout=args.layout, policy="wait-k", k=args.k)
@@ -252,7 +254,7 @@ def main() -> int:
     head = f", head vocabulary {args.head_vocabulary}" if args.head_vocabulary else ""
     print(f"\n{len(records)} lines; {cascade.name}, {cascade.dtype}{head}, {args.layout} wait-{args.k}, recogniser step "
           f"{args.step_ms} ms, {args.asr_policy} (margin {args.margin_ms} ms, hold {args.hold_ms} ms, min audio "
-          f"{args.min_audio_ms} ms), pause {args.pause_ms} ms, "
+          f"{args.min_audio_ms} ms), window {args.window_ms} ms (min {args.min_window_ms}), pause {args.pause_ms} ms, "
           f"{args.threads} threads\n")
     print("| | WER % | BLEU | LAAL ms | LAAL, shown ms | first word lag p50 / p95 ms | RTF (recogniser alone) |\n"
           "|---|---:|---:|---:|---:|---:|---:|")

@@ -274,6 +274,19 @@ def test_no_transcript_of_a_buffer_shorter_than_min_audio_ms_but_at_the_end():
         RecognizerOptions(min_audio_ms=-1)
 
 
+def test_the_encoder_window_is_window_ms_or_a_second_past_the_buffer_with_min_window_ms():
+    from simulmt.speech.recognizer import encoder_window_ms
+
+    fixed = RecognizerOptions()
+    assert [encoder_window_ms(fixed, ms) for ms in (300, 4200, 10000)] == [10000] * 3
+    short = RecognizerOptions(min_window_ms=7000)
+    assert [encoder_window_ms(short, ms) for ms in (300, 5000, 6001, 8500, 10000)] == \
+        [7000, 7000, 8000, 10000, 10000]  # whole seconds, at least a second past the audio, at most window_ms
+    for bad in (dict(min_window_ms=-1), dict(min_window_ms=12000), dict(min_window_ms=5000, window_ms=0)):
+        with pytest.raises(SimulmtError, match="min_window_ms must be within"):
+            RecognizerOptions(**bad)
+
+
 def test_the_cascade_translates_sentence_by_sentence_and_live_equals_batched(tmp_path):
     from simulmt.speech.wav import write_wav
 

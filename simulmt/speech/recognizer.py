@@ -24,6 +24,7 @@ decoding. Updates come every ``step_ms`` of audio however it is cut into pieces.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 
@@ -60,6 +61,7 @@ class RecognizerOptions:
     vad: bool = False  # skip silence in the buffer (silero VAD)
     word_timestamps: bool = False  # align every word (about twice the compute); else segments' times, spread
     window_ms: int = 10000  # a buffer up to this long is decoded in a window of this length (0: always 30 s)
+    min_window_ms: int = 0  # else (not 0): in a window of whole seconds, a second past the buffer, at least this
     compute_type: str = "int8"  # CTranslate2's weights on a CPU ("float32", "int8", ...); "default" on a GPU
     beam_size: int = 1  # the decoder's beam (1: greedy)
     threads: int = 0  # CTranslate2's CPU threads (0: its default)
@@ -77,6 +79,9 @@ class RecognizerOptions:
                 raise SimulmtError(f"recogniser option {name} must be at least 0, got {getattr(self, name)}")
         if self.pause_ms < 0:
             raise SimulmtError(f"recogniser option pause_ms must be at least 0 (0: off), got {self.pause_ms}")
+        if not 0 <= self.min_window_ms <= self.window_ms or (self.min_window_ms and not self.window_ms):
+            raise SimulmtError(f"recogniser option min_window_ms must be within 0..window_ms ({self.window_ms}), got "
+                               f"{self.min_window_ms}")
         if not 0 <= self.window_ms <= 30000:
             raise SimulmtError(f"recogniser option window_ms must be within 0..30000, got {self.window_ms}")
         if not self.step_ms <= self.trim_ms <= self.max_buffer_ms <= 30000:
@@ -177,7 +182,7 @@ class Whisper:
         import ctranslate2
 
         tok, model = self.tokenizer, self.model
-        frames = int(self.options.window_ms / 10)  # 10 ms a frame
+        frames = int(encoder_window_ms(self.options, 1000.0 * len(audio) / RATE) / 10)  # 10 ms a frame
         features = model.feature_extractor(audio)[:, :frames]
         content = features.shape[1]
         window = np.zeros((features.shape[0], frames), dtype=np.float32)
@@ -254,6 +259,16 @@ class Whisper:
                 continue
             words.append(TimedWord(text, start, end, count in ends))
         return words
+
+
+def encoder_window_ms(options: RecognizerOptions, audio_ms: float) -> int:
+    """The window a buffer of ``audio_ms`` (at most ``window_ms``) is decoded in: ``window_ms``, or with
+    ``min_window_ms`` the whole seconds a second past the audio, at least ``min_window_ms`` (Whisper invents words
+    in a window much shorter than its training's: 7 s heard flite's voices as well as 10 s, 5 s did not;
+    docs/speech-recogniser.md)."""
+    if not options.min_window_ms:
+        return options.window_ms
+    return min(options.window_ms, max(options.min_window_ms, 1000 * (math.ceil(audio_ms / 1000) + 1)))
 
 
 _PUNCTUATION = set(".,!?;:\"'»«“”‘’…-—)(")
