@@ -15,6 +15,7 @@ from simulmt.core.stream_options import DEFAULTS as STREAM_DEFAULTS
 
 __all__ = ["adapter_field", "asr_beam_field", "asr_pause_ms_field", "asr_policy_field",
            "context_pairs_field", "context_tokens_field", "device_field", "dtype_field", "head_vocabulary_field",
+           "threads_field",
            "k_field",
            "language_field", "model_field", "n_field", "phi_field", "slot_field"]
 
@@ -45,6 +46,12 @@ def head_vocabulary_field():
                 "the LM head computes only the tokens they hold and each sentence's own source tokens, not the "
                 "model's whole vocabulary (Gemma 3: 262k tokens; 1.3-1.5x faster on a CPU). Changes the output "
                 "where the full head would choose another token: docs/engine-speed.md", "metavar": "FILES"})
+
+
+def threads_field():
+    return field(default=None, metadata={
+        "help": "torch CPU threads (default: torch's choice, every core); pin them when another job shares the CPU",
+        "metavar": "N"})
 
 
 def device_field():

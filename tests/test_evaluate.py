@@ -415,3 +415,19 @@ def test_score_prefix_scores_a_runs_first_lines_as_evaluate_does(tmp_path, data,
         assert cells[1:4] == [f"{expected[m]:.4g}" for m in ("BLEU", "chrF", "LAAL")]
     with pytest.raises(SystemExit, match="fewer than 99"):
         prefix.main(["--lines", "99", str(run)])
+
+
+def test_threads_pins_torch_and_a_bad_count_is_refused(tmp_path, data, translator, monkeypatch, capsys):
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(cli, "_load_translator", lambda **kwargs: translator)
+    try:
+        assert cli.main(_args(data, tmp_path / "one", "--layouts", "expost", "--ks", "1", "--no-offline",
+                              "--threads", "1")) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    capsys.readouterr()
+    assert cli.main(_args(data, tmp_path / "zero", "--threads", "0")) != 0
+    assert "--threads must be at least 1, got 0" in capsys.readouterr().err

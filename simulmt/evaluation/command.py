@@ -39,6 +39,10 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
     except SimulmtError as exc:
         print(f"simulmt: error: {exc}", file=sys.stderr)
         return 1
+    if options.threads is not None:
+        import torch
+
+        torch.set_num_threads(options.threads)
     try:
         if options.source_audio:
             from simulmt.speech.loading import load_speech

@@ -13,7 +13,7 @@ from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT
 from simulmt.option_fields import asr_beam_field, asr_pause_ms_field, asr_policy_field
 from simulmt.option_fields import (adapter_field, batch_size_field, context_pairs_field, context_tokens_field,
                                     device_field, dtype_field, head_vocabulary_field, language_field, model_field,
-                                    phi_field, slot_field)
+                                    phi_field, slot_field, threads_field)
 from simulmt.core.prompt_format import language_name
 from simulmt.evaluation.runs import RunSpec
 
@@ -92,6 +92,7 @@ class EvaluateOptions:
         "help": "refuse, before the model loads, a source line longer than this many words (a test set holds one "
                 "sentence per line; a talk on one line would run for hours)", "metavar": "N"})
     batch_size: int = batch_size_field()
+    threads: int | None = threads_field()
     shard: str | None = field(default=None, metadata={
         "help": "translate only block I of N of every run's sentences (I = 1..N: a job array's index; with "
                 "--docids, of its whole talks, balanced by source words), into DIR/shards/; the shard that finds "
@@ -103,6 +104,8 @@ class EvaluateOptions:
 
     def __post_init__(self):
         self.shard_of()
+        if self.threads is not None and self.threads < 1:
+            raise SimulmtError(f"--threads must be at least 1, got {self.threads}")
         for name in ("batch_size", "max_words"):
             if getattr(self, name) < 1:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
