@@ -91,3 +91,28 @@ def through_simuleval_agent(agent, audio, segment_ms: int = 320) -> tuple[list[s
         if finished:
             break
     return written, sent
+
+
+def run_interleaved_alone(tr, jobs) -> list:
+    """(text, policy) jobs each as a session of the interleaved layout on its own; returns the sessions (recorded)."""
+    from simulmt.core.layouts import Interleaved
+
+    sessions = []
+    for text, policy in jobs:
+        session = tr.session(Interleaved(), policy, record=True)
+        session.run(text)
+        sessions.append(session)
+    return sessions
+
+
+def run_interleaved_batched(tr, jobs, batch_size: int = 4) -> list:
+    """(text, policy) jobs as streams of the interleaved layout, run on one engine; returns the streams (recorded)."""
+    from simulmt.core.engine import Engine, run_batched
+    from simulmt.core.layouts import Interleaved
+
+    streams = []
+    for text, policy in jobs:
+        stream = tr.new_stream(Interleaved(), policy, record=True)
+        stream.push(text.split(), finished=True)
+        streams.append(stream)
+    return run_batched(streams, Engine(tr.runner), batch_size=batch_size)

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import SOURCE, TARGET, tiny_interleaved_translator, tiny_translator
+from helpers import (SOURCE, TARGET, run_interleaved_alone, run_interleaved_batched, tiny_interleaved_translator,
+                     tiny_translator)
 from simulmt.core.head_vocabulary import HeadVocabulary, ShortlistHead, read_source_ids
-from simulmt.core.engine import Engine, run_batched
-from simulmt.core.layouts import Expost, GroupPositions, Interleaved, PrefixRecompute
+from simulmt.core.layouts import Expost, GroupPositions, PrefixRecompute
 from simulmt.core.learned_policy import Learned, PolicyHead
 from simulmt.core.packed_linear import PackedLinear, fbgemm_available, pack_linears
 from simulmt.core.placed import PlacedToken, Role
@@ -287,17 +287,8 @@ def test_a_learned_policy_with_a_head_vocabulary_batched_as_alone():
     torch.manual_seed(1)
     head = PolicyHead(torch.randn(2, tr.model.config.hidden_size), torch.zeros(2))
     jobs = [(SOURCES[i % len(SOURCES)], Learned(0.5, head) if i % 2 else WaitK(1 + i % 3)) for i in range(6)]
-    alone = []
-    for text, policy in jobs:
-        session = tr.session(Interleaved(), policy, record=True)
-        session.run(text)
-        alone.append(session)
-    streams = []
-    for text, policy in jobs:
-        stream = tr.new_stream(Interleaved(), policy, record=True)
-        stream.push(text.split(), finished=True)
-        streams.append(stream)
-    streams = run_batched(streams, Engine(tr.runner), batch_size=4)
+    alone = run_interleaved_alone(tr, jobs)
+    streams = run_interleaved_batched(tr, jobs)
     for a, b in zip(alone, streams):
         ra, rb = a.result(), b.result()
         assert (rb.prediction, rb.delays) == (ra.prediction, ra.delays)

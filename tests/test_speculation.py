@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import SOURCE, TARGET, forced_tokens, tiny_interleaved_translator, tiny_translator
+from helpers import (SOURCE, TARGET, forced_tokens, run_interleaved_alone, run_interleaved_batched,
+                     tiny_interleaved_translator, tiny_translator)
 from simulmt.core.engine import Engine, run_batched
 from simulmt.core.layouts import (Conversation, Expost, ExpostPositions, ExpostSeesEarlier, GroupPositions,
                                   GroupPositionsOverlap, Interleaved, NaiveReuse, PrefixRecompute)
@@ -104,26 +105,12 @@ def test_a_teacher_forced_guess_is_always_right(monkeypatch):
     assert off.forward_calls - on.forward_calls == on.answers_from_guesses > 0
 
 
-def run_interleaved_batched(tr, jobs, batch_size: int = 4) -> list:
-    """(text, policy) jobs as streams of the interleaved layout, run on one engine; returns the streams."""
-    streams = []
-    for text, policy in jobs:
-        stream = tr.new_stream(Interleaved(), policy, record=True)
-        stream.push(text.split(), finished=True)
-        streams.append(stream)
-    return run_batched(streams, Engine(tr.runner), batch_size=batch_size)
-
-
 def test_batched_streams_guess_as_one_stream_does():
     """A batch with guesses in several rows at once: every stream equals itself run alone."""
     tr = tiny_interleaved_translator("llama")
     head = head_for(tr)
     jobs = [(SOURCES[i % len(SOURCES)], Learned(0.5, head) if i % 2 else WaitK(1 + i % 3)) for i in range(6)]
-    alone = []
-    for text, policy in jobs:
-        session = tr.session(Interleaved(), policy, record=True)
-        session.run(text)
-        alone.append(session)
+    alone = run_interleaved_alone(tr, jobs)
     streams = run_interleaved_batched(tr, jobs)
     for a, b in zip(alone, streams):
         ra, rb = a.result(), b.result()
