@@ -272,6 +272,8 @@ def test_no_transcript_of_a_buffer_shorter_than_min_audio_ms_but_at_the_end():
     assert [t for t, _ in short] == SCRIPT[:1] and calls == 1
     with pytest.raises(SimulmtError, match="option min_audio_ms must be at least 0"):
         RecognizerOptions(min_audio_ms=-1)
+    with pytest.raises(SimulmtError, match="min_audio_ms \\(13000\\) must not exceed trim_ms"):
+        RecognizerOptions(min_audio_ms=13000)  # (the buffer is cut only after a transcript)
 
 
 def test_the_encoder_window_is_window_ms_or_a_second_past_the_buffer_with_min_window_ms():

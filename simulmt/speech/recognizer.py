@@ -84,6 +84,9 @@ class RecognizerOptions:
                                f"{self.min_window_ms}")
         if not 0 <= self.window_ms <= 30000:
             raise SimulmtError(f"recogniser option window_ms must be within 0..30000, got {self.window_ms}")
+        if self.min_audio_ms > self.trim_ms:  # (a buffer is only cut after a transcript: it would grow unbounded)
+            raise SimulmtError(f"recogniser option min_audio_ms ({self.min_audio_ms}) must not exceed trim_ms "
+                               f"({self.trim_ms})")
         if not self.step_ms <= self.trim_ms <= self.max_buffer_ms <= 30000:
             raise SimulmtError(f"the recogniser needs step_ms <= trim_ms <= max_buffer_ms <= 30000, got "
                                f"{self.step_ms}, {self.trim_ms}, {self.max_buffer_ms}")
