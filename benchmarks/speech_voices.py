@@ -141,6 +141,11 @@ def main() -> int:
     parser.add_argument("--min-audio-ms", type=int, default=1000,
                         help="no transcript of a buffer shorter than this (but at a pause or the end; 0: off; the "
                         "recogniser's default)")
+    parser.add_argument("--lookback", type=int, default=None,
+                        help="LocalAgreement: the newest transcript may agree with any of the last 1 + N (default: "
+                             "RecognizerOptions.agreement_lookback)")
+    parser.add_argument("--cut-last", action="store_true",
+                        help="LocalAgreement: an earlier transcript's last word is no evidence")
     parser.add_argument("--hold-ms", type=int, default=0,
                         help="LocalAgreement: a word ending this close to the audio's end waits (0: off)")
     parser.add_argument("--pause-ms", type=int, default=0, help="the recogniser's voice-activity pause (0: off)")
@@ -159,7 +164,7 @@ def main() -> int:
     from simulmt.metrics.quality import bleu
     from simulmt.speech.cascade import CascadeTranslator
     from simulmt.speech.ctc import token_error_rate
-    from simulmt.speech.recognizer import RecognizerOptions
+    from simulmt.speech.recognizer import RecognizerOptions, agreement_label
     from simulmt.speech.wav import read_audio
 
     normal = words_of
@@ -184,6 +189,8 @@ def main() -> int:
     asr = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads,
                             window_ms=args.window_ms, policy=args.asr_policy, margin_ms=args.margin_ms,
                             hold_ms=args.hold_ms, min_audio_ms=args.min_audio_ms, min_window_ms=args.min_window_ms,
+                            agreement_cut_last=args.cut_last,
+                            **({} if args.lookback is None else {"agreement_lookback": args.lookback}),
                             pause_ms=args.pause_ms, beam_size=args.asr_beam)
     cascade = CascadeTranslator.load(args.model, asr=asr, dtype="auto", head_vocabulary=args.head_vocabulary)
     kwargs = dict(layout=args.layout, policy="wait-k", k=args.k)
@@ -253,7 +260,7 @@ def main() -> int:
                                      [normal(r["heard"]) for r in records if r["voice"] == v]) for v in voices}
     head = f", head vocabulary {args.head_vocabulary}" if args.head_vocabulary else ""
     print(f"\n{len(records)} lines; {cascade.name}, {cascade.dtype}{head}, {args.layout} wait-{args.k}, recogniser step "
-          f"{args.step_ms} ms, {args.asr_policy} (margin {args.margin_ms} ms, hold {args.hold_ms} ms, min audio "
+          f"{args.step_ms} ms, {agreement_label(asr)} (hold {args.hold_ms} ms, min audio "
           f"{args.min_audio_ms} ms), window {args.window_ms} ms (min {args.min_window_ms}), pause {args.pause_ms} ms, "
           f"{args.threads} threads\n")
     print("| | WER % | BLEU | LAAL ms | LAAL, shown ms | first word lag p50 / p95 ms | RTF (recogniser alone) |\n"

@@ -66,6 +66,81 @@ def test_local_agreement_holds_back_words_that_end_near_the_end_of_the_audio():
         RecognizerOptions(hold_ms=-1)
 
 
+def test_local_agreement_lookback_lets_one_misheard_transcript_delay_nothing():
+    """With ``lookback`` 1 the newest transcript may agree with either of the two before it: one transcript that
+    heard a word differently between two that agree does not hold the words back until a second agreeing pair."""
+    look, plain = LocalAgreement(2, lookback=1), LocalAgreement(2)
+    updates = [words("a", "bike", "racist"), words("a", "bike", "race", "is", "taking"),
+               words("a", "by-grace", "is", "taking", "place"), words("A", "bike", "race", "is", "taking", "place")]
+    got = {id(a): [[w.text for w in a.update(u)] for u in updates] for a in (look, plain)}
+    assert got[id(plain)] == [[], ["a", "bike"], [], []]  # the misheard one breaks both pairs it is in
+    assert got[id(look)] == [[], ["a", "bike"], [], ["race", "is", "taking"]]  # agrees with the one before it
+    assert [w.text for w in plain.update(words("a", "bike", "race", "is", "taking", "place", "with"))] == \
+        ["race", "is", "taking", "place"]  # the published rule gets there one transcript later
+    # with n = 3 the newest needs two of the earlier ones: the (n-1)-th longest agreement
+    three = LocalAgreement(3, lookback=1)
+    for u in (words("x", "y", "z"), words("x", "q", "z"), words("x", "y", "w")):
+        confirmed = [w.text for w in three.update(u)]
+    assert confirmed == ["x"]
+    assert [w.text for w in three.update(words("x", "y", "z", "v"))] == ["y"]  # with the first and the third
+    assert LocalAgreement(2).kept == 1 and look.kept == 2 and three.kept == 3
+    with pytest.raises(ValueError, match="lookback >= 0"):
+        LocalAgreement(2, lookback=-1)
+    with pytest.raises(SimulmtError, match="option agreement_lookback must be at least 0"):
+        RecognizerOptions(agreement_lookback=-1)
+
+
+def test_local_agreement_cut_last_does_not_take_a_transcripts_last_word_as_evidence():
+    """With ``cut_last`` the last word of an earlier transcript (where its audio ended, perhaps in mid-word) does not
+    agree with anything: "flatland" then "flatland skate" confirm nothing past "surrounding" until a transcript that
+    heard more after it agrees."""
+    cut, plain = LocalAgreement(2, cut_last=True), LocalAgreement(2)
+    updates = [words("the", "surrounding", "flatland"), words("the", "surrounding", "flatland", "skate"),
+               words("the", "surrounding", "flat", "landscape", "and")]
+    got = {id(a): [[w.text for w in a.update(u)] for u in updates] for a in (cut, plain)}
+    assert got[id(plain)] == [[], ["the", "surrounding", "flatland"], []]  # the cut word confirmed
+    assert got[id(cut)] == [[], ["the", "surrounding"], []]  # "flatland" was the first transcript's last word
+    assert [w.text for w in cut.update(words("the", "surrounding", "flat", "landscape", "and", "a"))] == \
+        ["flat", "landscape"]  # "and" was the last word of the one before: it waits
+    assert [w.text for w in cut.flush()] == ["and", "a"]  # the audio is over: the newest is final as it stands
+    options = RecognizerOptions(agreement_lookback=1, agreement_cut_last=True)
+    agreement = StreamingRecognizer(FakeWhisper(options), options).agreement
+    assert (agreement.lookback, agreement.cut_last) == (1, True)  # the recogniser passes them on
+
+def test_local_agreement_finds_confirmed_words_heard_a_little_differently():
+    """A transcript that re-hears confirmed words a little differently ("toward a" for "towards a", "A cute" for
+    "Acute", "Two" for "2") goes on after them, found by their letters: their spread times would move and the
+    words would be confirmed twice ("towards a toward a"). A word heard quite differently ("to", then "two") is
+    not taken for the confirmed one: it comes again rather than being lost."""
+    def confirmed_after(first, then):
+        agreement = LocalAgreement(2)
+        agreement.update(first)
+        agreement.update(first + words("x", start=500.0 * len(first)))  # confirms ``first``
+        agreement.update(then)
+        return [w.text for w in agreement.update(then + words("y", start=500.0 * len(then)))]
+
+    # the re-heard words' times are shifted by 450 ms, as Whisper's spread segment times move between transcripts
+    shifted = dict(start=450.0)
+    assert confirmed_after(words("walk", "towards", "a"), words("walk", "toward", "a", "large", "rock", **shifted)) \
+        == ["large", "rock"]
+    assert confirmed_after(words("Acute"), words("A", "cute", "puppy", "playing", **shifted)) == ["puppy", "playing"]
+    assert confirmed_after(words("2"), words("Two", "horses", "stand", **shifted)) == ["horses", "stand"]
+    assert confirmed_after(words("as", "to"), words("as", "two", "men", "fall"))[:1] == ["two"]  # (then by time)
+    from simulmt.speech.local_agreement import _respelled_end
+
+    assert _respelled_end(words("a", "b", "c", "d", "e", "f", "g"), words("q")) is None  # too many to look for
+    assert _respelled_end(words("²"), words("two")) is None  # (a digit that is no number: compared as it is)
+
+
+def test_agreement_label_names_the_rule_for_run_records():
+    from simulmt.speech.recognizer import agreement_label
+
+    assert agreement_label() == "LocalAgreement-2, lookback 1"  # the default
+    assert agreement_label(RecognizerOptions(agreement_lookback=0)) == "LocalAgreement-2"  # as published
+    assert agreement_label(RecognizerOptions(agreement_cut_last=True)) == "LocalAgreement-2, lookback 1, last word cut"
+    assert agreement_label(RecognizerOptions(policy="alignatt")) == "AlignAtt, margin 500 ms"
+
+
 def test_alignatt_confirms_the_words_aligned_before_the_newest_audio():
     from simulmt.speech.align_att import AlignAtt
 

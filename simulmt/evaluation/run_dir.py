@@ -38,7 +38,11 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
     from simulmt import __version__
 
     pause = f", pause {options.asr_pause_ms} ms" if options.asr_pause_ms else ""
-    agreement = "LocalAgreement-2" if options.asr_policy == "local-agreement" else "AlignAtt"
+    agreement = ""
+    if options.source_audio:
+        from simulmt.speech.recognizer import RecognizerOptions, agreement_label
+
+        agreement = agreement_label(RecognizerOptions(policy=options.asr_policy))
     beam = f", beam {options.asr_beam}" if options.asr_beam > 1 else ""
     return {"run": spec.name, "model": model, "adapter": options.adapter, "dtype": dtype or options.dtype,
             "source_lang": options.source_lang, "target_lang": options.target_lang, **spec.settings(),

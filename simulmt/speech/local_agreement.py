@@ -8,6 +8,18 @@ speech recognition and translation by partial hypothesis selection"; Macháček 
 with n = 2). Words are compared without case and surrounding punctuation; a confirmed word keeps the text and
 times of the newest hypothesis.
 
+Two options widen and narrow what counts as agreeing (both off: the published rule):
+
+* ``lookback``: the newest transcript may agree with any ``n - 1`` of the last ``n - 1 + lookback`` transcripts
+  before it, not only the consecutive ones. One transcript that heard a word differently ("a by-grace" between two
+  "a bike race") then delays nothing: the newest and the one before it confirm what they share.
+* ``cut_last``: an earlier transcript's last word is no evidence. That word ends where that transcript's audio
+  ended, which may cut it ("agently" before "gently", "flatland" before "flat landscape"); the next transcript
+  often keeps the cut form, and the two agree on it. Whisper's segment times are spread over a segment's words
+  (recognizer.py), so a rule by time (``hold_ms``) misses most of these; the position does not.
+
+A word is confirmed with the prefix: word ``i`` needs every word before it confirmed too.
+
 Each transcript covers the buffer, which holds the last ``in_buffer`` confirmed words (the recogniser says how many
 are left when it trims the buffer): a transcript that begins with them goes on after them. Otherwise (it heard them
 differently) words that end before the last confirmed word's end (less ``overlap_ms``) are the past, and a run of
@@ -45,35 +57,64 @@ class LocalAgreement:
     n: int = 2
     overlap_ms: float = 100.0  # a hypothesis word ending this much before the last confirmed end is the past
     confirmed: list[TimedWord] = field(default_factory=list)
-    history: list[list[TimedWord]] = field(default_factory=list)  # the last n-1 hypotheses, past the confirmed
+    history: list[list[TimedWord]] = field(default_factory=list)  # the last n-1+lookback hypotheses, past the
+    # confirmed words
     in_buffer: int = 0  # the last confirmed words whose audio is still in the recogniser's buffer
     hold_ms: float = 0.0  # a word that ends this close to the end of the audio is not confirmed yet, agreed or not
+    lookback: int = 0  # the newest may agree with any n-1 of the last n-1+lookback hypotheses (0: the n-1 before it)
+    cut_last: bool = False  # an earlier hypothesis's last word is no evidence (its audio may have been cut)
 
     def __post_init__(self):
         if self.n < 1:
             raise ValueError(f"LocalAgreement needs n >= 1, got {self.n}")
+        if self.lookback < 0:
+            raise ValueError(f"LocalAgreement needs lookback >= 0, got {self.lookback}")
+
+    @property
+    def kept(self) -> int:
+        """How many earlier hypotheses a new one is compared with."""
+        return self.n - 1 + self.lookback
 
     def update(self, hypothesis: list[TimedWord], audio_end_ms: float | None = None) -> list[TimedWord]:
         """A new transcript of the buffer (times on the audio's clock) -> the words it confirms, in order.
         ``audio_end_ms``: where the audio ends (with ``hold_ms``, a word ending within ``hold_ms`` of it waits: two
         transcripts of a short step may agree on a word the audio cut, "gentle" for "gentleman")."""
         fresh = self._after_confirmed(hypothesis)
-        candidates = [*self.history[-(self.n - 1):], fresh] if self.n > 1 else [fresh]
-        newly: list[TimedWord] = []
         held = float("inf") if audio_end_ms is None or not self.hold_ms else audio_end_ms - self.hold_ms
-        if len(candidates) == self.n:
-            for i, word in enumerate(fresh):
-                if word.end_ms > held:
-                    break
-                if all(i < len(h) and h[i].key == word.key for h in candidates):
-                    newly.append(word)
-                else:
-                    break
+        ready = len(fresh)  # the newest's words that may be confirmed now, by time
+        for i, word in enumerate(fresh):
+            if word.end_ms > held:
+                ready = i
+                break
+        newly: list[TimedWord] = []
+        if self.n == 1:
+            newly = fresh[:ready]
+        elif len(self.history) >= self.n - 1:
+            # how far each earlier hypothesis agrees with the newest; the (n-1)-th longest agreement is confirmed
+            agreed = sorted((self._agreement(h, fresh) for h in self.history[-self.kept:]), reverse=True)
+            newly = fresh[:min(ready, agreed[self.n - 2])]
         self.confirmed += newly
         self.in_buffer += len(newly)
-        # every candidate starts with the confirmed words: what follows them is the history the next one meets
-        self.history = [h[len(newly):] for h in candidates][-(self.n - 1):] if self.n > 1 else []
+        # every hypothesis kept goes on past the newly confirmed words: the history the next one meets
+        self.history = [self._past(h, newly) for h in [*self.history, fresh]][-self.kept:] if self.kept else []
         return newly
+
+    def _agreement(self, earlier: list[TimedWord], fresh: list[TimedWord]) -> int:
+        """How many of the newest's first words ``earlier`` agrees with (not counting its own last word with
+        ``cut_last``)."""
+        size = min(len(earlier) - (1 if self.cut_last else 0), len(fresh))
+        for i in range(size):
+            if earlier[i].key != fresh[i].key:
+                return i
+        return max(0, size)
+
+    def _past(self, hypothesis: list[TimedWord], newly: list[TimedWord]) -> list[TimedWord]:
+        """``hypothesis`` after the words just confirmed: past them if it begins with them, else past their time."""
+        if not newly:
+            return hypothesis
+        if [w.key for w in hypothesis[:len(newly)]] == [w.key for w in newly]:
+            return hypothesis[len(newly):]
+        return [w for w in hypothesis if w.end_ms > newly[-1].end_ms - self.overlap_ms]
 
     def flush(self, but_last: bool = False) -> list[TimedWord]:
         """The audio is over: the newest hypothesis's words past the confirmed ones are final (``but_last``: all
@@ -81,7 +122,7 @@ class LocalAgreement:
         rest = self.history[-1] if self.history else []
         if but_last:
             rest = rest[:-1]
-            self.history = [h[len(rest):] for h in self.history] if rest else self.history
+            self.history = [self._past(h, rest) for h in self.history]
             self.confirmed += rest
             self.in_buffer += len(rest)
             return rest
@@ -96,6 +137,8 @@ class LocalAgreement:
         inside = self.confirmed[len(self.confirmed) - min(self.in_buffer, len(self.confirmed)):]
         if inside and [w.key for w in hypothesis[:len(inside)]] == [w.key for w in inside]:
             return list(hypothesis[len(inside):])  # it begins with what is confirmed: what follows is new
+        if inside and (end := _respelled_end(inside, hypothesis)) is not None:
+            return list(hypothesis[end:])  # it begins with what is confirmed, heard a little differently
         last_end = self.confirmed[-1].end_ms
         words = [w for w in hypothesis if w.end_ms > last_end - self.overlap_ms]
         tail = [w.key for w in self.confirmed[-5:]]
@@ -103,3 +146,50 @@ class LocalAgreement:
             if [w.key for w in words[:size]] == tail[-size:]:
                 return words[size:]
         return words
+
+
+_NUMBERS = dict(enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                          "fifteen sixteen seventeen eighteen nineteen twenty".split()))
+RESPELLED_WORDS = 6  # at most this many confirmed words heard differently are looked for by their letters
+
+
+def _letters(words: list[TimedWord]) -> str:
+    """The words' keys run together, small numbers spelled out: "a cute" and "acute", "2" and "two" alike."""
+    return "".join(_NUMBERS.get(int(w.key), w.key) if w.key.isdecimal() and int(w.key) in _NUMBERS else w.key
+                   for w in words)
+
+
+def _respelled_end(inside: list[TimedWord], hypothesis: list[TimedWord]) -> int | None:
+    """Where the confirmed words still in the buffer (``inside``) end in a new transcript that heard their last
+    few differently ("toward a" for "towards a", "A cute" for "Acute", "Two" for "2"): the hypothesis's first
+    words agree with ``inside`` up to some word, and the rest of ``inside`` is matched by letters to the fewest
+    edits (a character edit distance over the words that follow). None when the rest is longer than
+    ``RESPELLED_WORDS`` or no end matches it to within a third of its letters ("to" is not "two", "Grotto" not
+    "Group": a word heard wrong, then right, is kept twice rather than lost): then the caller goes by time.
+    Word times cannot do this: Whisper's segment times are spread over the words (recognizer.py), so a re-heard
+    word's time moves by a few hundred ms between transcripts."""
+    same = 0
+    while same < min(len(inside), len(hypothesis)) and inside[same].key == hypothesis[same].key:
+        same += 1
+    rest = inside[same:]
+    if len(rest) > RESPELLED_WORDS:
+        return None
+    target = _letters(rest)
+    best: tuple[int, int, int] | None = None  # (edits, words apart from the count in inside, -end)
+    for end in range(same, min(len(hypothesis), same + len(rest) + 2) + 1):
+        edits = _edit_distance(target, _letters(hypothesis[same:end]))
+        candidate = (edits, abs(end - same - len(rest)), -end)
+        if best is None or candidate < best:
+            best = candidate
+    if best is None or best[0] * 3 > len(target):
+        return None
+    return -best[2]
+
+
+def _edit_distance(a: str, b: str) -> int:
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (x != y))
+    return row[-1]
