@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import through_simuleval_agent, tiny_translator
+from helpers import load_benchmark, through_simuleval_agent, tiny_translator
 from simulmt.text.segment import split_sentences
 from simulmt.speech.cascade import CascadeTranslator
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
@@ -139,6 +139,28 @@ def test_agreement_label_names_the_rule_for_run_records():
     assert agreement_label(RecognizerOptions(agreement_lookback=0)) == "LocalAgreement-2"  # as published
     assert agreement_label(RecognizerOptions(agreement_cut_last=True)) == "LocalAgreement-2, lookback 1, last word cut"
     assert agreement_label(RecognizerOptions(policy="alignatt")) == "AlignAtt, margin 500 ms"
+
+
+def test_agreement_replay_gives_what_the_live_recogniser_confirms():
+    """benchmarks/agreement_replay.py: one sentence's transcripts recorded once (300 ms step, every update) and
+    replayed under each rule, step (a multiple) and min_audio_ms give the words the live recogniser with those
+    options confirms, at the same audio times: the replay's tables are exact while the buffer is not cut."""
+    replay = load_benchmark("agreement_replay")
+    audio = spoken(SCRIPT[:9])  # "A man is riding a bike in the park." (4.5 s: no cut)
+    recording = RecognizerOptions(step_ms=300, min_audio_ms=0, pause_ms=0)
+    updates, cut = replay.recorded_updates(FakeWhisper(recording), recording, audio)
+    assert not cut and len(updates) == 16  # 15 steps and the finish
+    line = {"updates": updates, "audio_ms": 4500.0}
+    for rule in replay.RULES:
+        for step_ms, min_audio_ms in ((300, 0), (600, 0), (300, 1000)):
+            options = RecognizerOptions(step_ms=step_ms, min_audio_ms=min_audio_ms, pause_ms=0,
+                                        agreement_lookback=rule["lookback"],
+                                        agreement_cut_last=rule.get("cut_last", False))
+            live = StreamingRecognizer(FakeWhisper(options), options)
+            words = [w for start in range(0, len(audio), 16 * step_ms)
+                     for w in live.push(audio[start:start + 16 * step_ms])] + live.finish()
+            assert len(words) >= 9  # (cut words too, "m~": two 300 ms steps may agree on half a word)
+            assert replay.confirm(line, rule, step_ms, min_audio_ms) == [(w.text, w.confirmed_ms) for w in words]
 
 
 def test_alignatt_confirms_the_words_aligned_before_the_newest_audio():

@@ -1,0 +1,190 @@
+"""LocalAgreement's options replayed on recorded transcripts: which words each rule confirms, and when.
+
+A streaming recogniser transcribes its buffer again at every step, and while a file's buffer is never cut (one
+sentence per file, shorter than ``trim_ms``, no pause in it) those transcripts do not depend on which words the
+agreement has confirmed. So every update's transcript is recorded once (``record``: the recogniser on synthesised
+Multi30k test2017 lines, as ``speech_voices.py`` speaks them) and any rule is replayed on them exactly
+(``replay``): the words it confirms and the audio time each is confirmed at. Printed per rule: the WER of the
+confirmed words, the lag of each line's k-th word (the one a wait-k translation writes its first word after) on
+the audio clock, p50 / p95, the mean lag of every word, and the BLEU of translating the confirmed words as typed
+text with the shipped model (a streamed speech translation scores what its transcript scores typed, to 0.01 BLEU:
+docs/speech-recogniser.md), beside the text's BLEU; and the same for the last transcript of each whole file (what
+no streaming rule can beat). The replay reproduces ``speech_voices.py``'s WER, BLEU and audio-clock lag of the
+same configuration to the digit; compute and wall-clock lags need the real-time run.
+
+    python benchmarks/agreement_replay.py record --lines 300 --asr-model base --step-ms 500 --output runs/t.jsonl
+    python benchmarks/agreement_replay.py replay runs/t.jsonl [--step-ms 1000] [--head-vocabulary FILES]
+
+(``replay`` reads a gzipped file too: docs/speech-recogniser/runs/replay-base-500-flite300.jsonl.gz is one.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from speech_voices import CACHE, DATA, speak, word_end_times, words_of  # noqa: E402
+
+RULES = [{"lookback": 0}, {"lookback": 1}, {"lookback": 0, "cut_last": True}, {"lookback": 1, "cut_last": True}]
+
+
+def record(args) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from simulmt.speech.recognizer import RecognizerOptions, Whisper
+    from simulmt.speech.wav import read_audio
+
+    options = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads, min_audio_ms=0,
+                                window_ms=args.window_ms, min_window_ms=args.min_window_ms, pause_ms=args.pause_ms)
+    whisper = Whisper(options)
+    sources = Path(args.source).read_text(encoding="utf-8").splitlines()
+    voices = args.voices.split(",")
+    inexact = 0
+    with open(args.output, "w", encoding="utf-8") as out:
+        for i in range(args.first, min(args.first + args.lines, len(sources))):
+            voice = voices[i % len(voices)]  # as speech_voices.py assigns them
+            path = CACHE / voice.replace(":", "-").replace("+", "_") / f"{Path(args.source).name}-{i}.wav"
+            if not path.is_file():
+                speak(voice, sources[i], path)
+            audio = read_audio(str(path))
+            updates, cut = recorded_updates(whisper, options, audio)
+            inexact += cut
+            out.write(json.dumps({"i": i, "source": sources[i], "voice": voice, "file": str(path),
+                                  "audio_ms": 1000 * len(audio) / 16000, "cut": cut,
+                                  "ends": word_end_times(audio, sources[i].split()), "updates": updates},
+                                 ensure_ascii=False) + "\n")
+            print(i, file=sys.stderr, flush=True)
+    if inexact:
+        print(f"{inexact} files had their buffer cut (a pause, or longer than trim_ms): their replay is not exact",
+              file=sys.stderr)
+
+
+def recorded_updates(whisper, options, audio: np.ndarray) -> tuple[list[dict], bool]:
+    """One file through a streaming recogniser in ``step_ms`` pieces: every update's transcript (``t``: the audio
+    received, ``audio_ms``: the audio transcribed, ``words``: (text, start, end) on the audio's clock), and whether
+    its buffer was cut (a pause, or longer than ``trim_ms``: then a replay is not exact)."""
+    from simulmt.speech.recognizer import StreamingRecognizer
+
+    recognizer = StreamingRecognizer(whisper, options)
+    updates = []
+    transcribe = whisper.transcribe
+
+    def recorded(samples, prompt=""):
+        words = transcribe(samples, prompt)
+        updates.append({"t": recognizer.received_ms, "audio_ms": 1000 * len(samples) / 16000,
+                        "words": [(w.text, w.start_ms + recognizer.offset_ms, w.end_ms + recognizer.offset_ms)
+                                  for w in words]})
+        return words
+
+    whisper.transcribe = recorded
+    try:
+        step = 16 * options.step_ms
+        cut = False
+        for start in range(0, len(audio), step):
+            recognizer.push(audio[start:start + step])
+            cut |= bool(recognizer.pauses)  # (silence dropped before the speech changes nothing)
+        recognizer.finish()
+    finally:
+        whisper.transcribe = transcribe
+    return updates, cut or 1000 * len(audio) / 16000 > options.trim_ms
+
+
+def confirm(line: dict, rule: dict, step_ms: int, min_audio_ms: int) -> list[tuple[str, float]]:
+    """(word, audio ms when confirmed) as the rule confirms them, updates every ``step_ms``."""
+    from simulmt.speech.local_agreement import LocalAgreement, TimedWord
+
+    agreement = LocalAgreement(2, **rule)
+    confirmed = []
+    for update in line["updates"]:
+        last = update["t"] >= line["audio_ms"]  # the update of finish(): always
+        if not last and (update["audio_ms"] < min_audio_ms or round(update["t"]) % step_ms):
+            continue
+        hypothesis = [TimedWord(text, start, end) for text, start, end in update["words"]]
+        confirmed += [(w.text, update["t"]) for w in agreement.update(hypothesis, update["t"])]
+    return confirmed + [(w.text, line["audio_ms"]) for w in agreement.flush()]
+
+
+def replay(args) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from simulmt.metrics.quality import bleu
+    from simulmt.speech.ctc import token_error_rate
+    from simulmt.speech.recognizer import RecognizerOptions
+    from simulmt.translator import Translator
+
+    opened = gzip.open(args.transcripts, "rt", encoding="utf-8") if args.transcripts.endswith(".gz") else \
+        open(args.transcripts, encoding="utf-8")
+    with opened as rows:
+        lines = [json.loads(row) for row in rows]
+    references = Path(args.reference).read_text(encoding="utf-8").splitlines()
+    references = [references[line["i"]] for line in lines]
+    translator = Translator.load(args.model, dtype=args.dtype, head_vocabulary=args.head_vocabulary)
+    min_audio_ms = RecognizerOptions().min_audio_ms if args.min_audio_ms is None else args.min_audio_ms
+
+    def translated(texts: list[str]) -> float:
+        out = translator.translate_many(texts, "expost", "wait-k", k=args.k, batch_size=args.batch_size)
+        return bleu([t.prediction for t in out], references)[0]
+
+    text = translated([line["source"] for line in lines])
+    sources = [words_of(line["source"]) for line in lines]
+    print(f"{len(lines)} lines ({sum(line['cut'] for line in lines)} with a cut buffer: not exact), step "
+          f"{args.step_ms} ms, min audio {min_audio_ms} ms; text BLEU {text:.2f}\n")
+    print(f"| rule | WER % | BLEU | speech / text | word {args.k}'s lag p50 / p95 ms | mean lag of a word ms |\n"
+          "|---|---:|---:|---:|---:|---:|")
+    for rule in RULES:
+        confirmed = [confirm(line, rule, args.step_ms, min_audio_ms) for line in lines]
+        wer = token_error_rate(sources, [words_of(" ".join(w for w, _ in c)) for c in confirmed])
+        lags = [c[args.k - 1][1] - line["ends"][min(args.k, len(line["ends"])) - 1]
+                for line, c in zip(lines, confirmed) if len(c) >= args.k]
+        every = [t - line["ends"][min(i, len(line["ends"]) - 1)] for line, c in zip(lines, confirmed)
+                 for i, (_, t) in enumerate(c)]
+        score = translated([" ".join(w for w, _ in c) for c in confirmed])
+        name = ", ".join(f"{k} {v}" for k, v in rule.items())
+        print(f"| {name} | {100 * wer:.1f} | {score:.2f} | {score / text:.3f} | {np.percentile(lags, 50):.0f} / "
+              f"{np.percentile(lags, 95):.0f} | {np.mean(every):.0f} |", flush=True)
+    whole = [" ".join(w for w, _, _ in line["updates"][-1]["words"]) if line["updates"] else "" for line in lines]
+    wer = token_error_rate(sources, [words_of(t) for t in whole])
+    score = translated(whole)
+    print(f"| the whole file's last transcript | {100 * wer:.1f} | {score:.2f} | {score / text:.3f} | - | - |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="every update's transcript of each synthesised line")
+    rec.add_argument("--source", default=str(DATA / "test2017.en"))
+    rec.add_argument("--first", type=int, default=0)
+    rec.add_argument("--lines", type=int, default=300)
+    rec.add_argument("--voices", default="flite:slt,flite:rms,flite:awb")
+    rec.add_argument("--asr-model", default="base")
+    rec.add_argument("--step-ms", type=int, default=500)
+    rec.add_argument("--window-ms", type=int, default=10000)
+    rec.add_argument("--min-window-ms", type=int, default=0)
+    rec.add_argument("--pause-ms", type=int, default=0, help="as speech_voices.py (0: no voice activity)")
+    rec.add_argument("--threads", type=int, default=2)
+    rec.add_argument("--output", required=True)
+    rep = sub.add_parser("replay", help="each agreement rule on the recorded transcripts")
+    rep.add_argument("transcripts")
+    rep.add_argument("--reference", default=str(DATA / "test2017.de"))
+    rep.add_argument("--step-ms", type=int, default=500, help="a multiple of the recorded step")
+    rep.add_argument("--min-audio-ms", type=int, default=None, help="default: RecognizerOptions.min_audio_ms")
+    rep.add_argument("--model", default=None)
+    rep.add_argument("--dtype", default="float16-packed")
+    rep.add_argument("--head-vocabulary", default=None)
+    rep.add_argument("--k", type=int, default=3)
+    rep.add_argument("--batch-size", type=int, default=16)
+    rep.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    record(args) if args.command == "record" else replay(args)
+
+
+if __name__ == "__main__":
+    main()
