@@ -8,8 +8,8 @@ Multi30k test2017 lines, as ``speech_voices.py`` speaks them) and any rule is re
 confirmed words, the lag of each line's k-th word (the one a wait-k translation writes its first word after) on
 the audio clock, p50 / p95, the mean lag of every word, and the BLEU of translating the confirmed words as typed
 text with the shipped model (a streamed speech translation scores what its transcript scores typed, to 0.01 BLEU:
-docs/speech-recogniser.md), beside the text's BLEU; and the same for the last transcript of each whole file (what
-no streaming rule can beat). The replay reproduces ``speech_voices.py``'s WER, BLEU and audio-clock lag of the
+docs/speech-recogniser.md), beside the text's BLEU; and the same for the last transcript of each whole file (a
+reference: the recogniser's own errors, without streaming). The replay reproduces ``speech_voices.py``'s WER, BLEU and audio-clock lag of the
 same configuration to the digit; compute and wall-clock lags need the real-time run.
 
     python benchmarks/agreement_replay.py record --lines 300 --asr-model base --step-ms 500 --output runs/t.jsonl

@@ -91,7 +91,7 @@ class TranslateOptions:
                 "'simulmt[speech-base]') or a CTranslate2 Whisper folder", "metavar": "NAME|DIR"})
     asr_step_ms: int = field(default=1000, metadata={
         "help": "with --audio: the recogniser transcribes its buffer again after this much new audio "
-                "(LocalAgreement-2 confirms a word after two transcripts agree)", "metavar": "MS"})
+                "(LocalAgreement-2 confirms a word once the newest transcript and one of the two before it agree)", "metavar": "MS"})
     asr_pause_ms: int = asr_pause_ms_field('with --audio: ')
     asr_policy: str = asr_policy_field('with --audio: ')
     asr_beam: int = asr_beam_field('with --audio: ')

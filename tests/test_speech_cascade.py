@@ -136,7 +136,8 @@ def test_agreement_label_names_the_rule_for_run_records():
     from simulmt.speech.recognizer import agreement_label
 
     assert agreement_label() == "LocalAgreement-2, lookback 1"  # the default
-    assert agreement_label(RecognizerOptions(agreement_lookback=0)) == "LocalAgreement-2"  # as published
+    assert agreement_label(RecognizerOptions(agreement_lookback=0)) == "LocalAgreement-2, lookback 0"  # as published
+    # (not "LocalAgreement-2": the runs labelled so found re-heard confirmed words by time, not by letters)
     assert agreement_label(RecognizerOptions(agreement_cut_last=True)) == "LocalAgreement-2, lookback 1, last word cut"
     assert agreement_label(RecognizerOptions(policy="alignatt")) == "AlignAtt, margin 500 ms"
 
@@ -145,22 +146,38 @@ def test_agreement_replay_gives_what_the_live_recogniser_confirms():
     """benchmarks/agreement_replay.py: one sentence's transcripts recorded once (300 ms step, every update) and
     replayed under each rule, step (a multiple) and min_audio_ms give the words the live recogniser with those
     options confirms, at the same audio times: the replay's tables are exact while the buffer is not cut."""
+    class Mishearing(FakeWhisper):
+        """Every third transcript of a buffer of a given length hears its second word wrong (as Whisper's
+        transcripts of one buffer differ now and then): the rules then confirm differently."""
+
+        def transcribe(self, audio, prompt=""):
+            words = super().transcribe(audio, prompt)
+            if len(audio) // (16 * 300) % 3 == 2 and len(words) > 2:
+                words[1] = TimedWord("misheard", words[1].start_ms, words[1].end_ms)
+            return words
+
     replay = load_benchmark("agreement_replay")
     audio = spoken(SCRIPT[:9])  # "A man is riding a bike in the park." (4.5 s: no cut)
     recording = RecognizerOptions(step_ms=300, min_audio_ms=0, pause_ms=0)
-    updates, cut = replay.recorded_updates(FakeWhisper(recording), recording, audio)
+    updates, cut = replay.recorded_updates(Mishearing(recording), recording, audio)
     assert not cut and len(updates) == 16  # 15 steps and the finish
     line = {"updates": updates, "audio_ms": 4500.0}
+    outcomes = set()
     for rule in replay.RULES:
         for step_ms, min_audio_ms in ((300, 0), (600, 0), (300, 1000)):
             options = RecognizerOptions(step_ms=step_ms, min_audio_ms=min_audio_ms, pause_ms=0,
                                         agreement_lookback=rule["lookback"],
                                         agreement_cut_last=rule.get("cut_last", False))
-            live = StreamingRecognizer(FakeWhisper(options), options)
+            live = StreamingRecognizer(Mishearing(options), options)
             words = [w for start in range(0, len(audio), 16 * step_ms)
                      for w in live.push(audio[start:start + 16 * step_ms])] + live.finish()
-            assert len(words) >= 9  # (cut words too, "m~": two 300 ms steps may agree on half a word)
-            assert replay.confirm(line, rule, step_ms, min_audio_ms) == [(w.text, w.confirmed_ms) for w in words]
+            replayed = replay.confirm(line, rule, step_ms, min_audio_ms)
+            assert replayed == [(w.text, w.confirmed_ms) for w in words]
+            outcomes.add((step_ms, min_audio_ms, tuple(replayed)))
+    for step_ms, min_audio_ms in ((300, 0), (600, 0), (300, 1000)):  # the four rules do not all agree
+        assert len({o for o in outcomes if o[:2] == (step_ms, min_audio_ms)}) >= 2
+    published, lookback = (dict(replay.confirm(line, rule, 300, 0)) for rule in replay.RULES[:2])
+    assert lookback["man"] < published["man"]  # the misheard transcript between two agreeing ones delays it there
 
 
 def test_alignatt_confirms_the_words_aligned_before_the_newest_audio():

@@ -26,7 +26,7 @@ LOG, CONFIG, SCORES, SIMULEVAL_CONFIG = "instances.log", "config.json", "scores.
 IDENTITY_KEYS = ("run", "model", "adapter", "dtype", "source_lang", "target_lang", "layout", "policy", "k", "n",
                  "slot", "phi", "decode", "simulmt", "source_sha256", "reference_sha256", "shard", "first_line",
                  "learned_decides", "docids_sha256", "context_pairs", "context_tokens", "talk_max_words",
-                 "head_vocabulary")
+                 "head_vocabulary", "source_type", "speech_model")  # (the recogniser, its step and agreement rule)
 TIMING_KEYS = ("elapsed", "wall_ms")  # the only fields of an instance that depend on the machine and the moment
 
 

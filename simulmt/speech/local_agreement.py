@@ -8,7 +8,7 @@ speech recognition and translation by partial hypothesis selection"; Macháček 
 with n = 2). Words are compared without case and surrounding punctuation; a confirmed word keeps the text and
 times of the newest hypothesis.
 
-Two options widen and narrow what counts as agreeing (both off: the published rule):
+Two options widen and narrow what counts as agreeing (both off: the published rule, two consecutive transcripts):
 
 * ``lookback``: the newest transcript may agree with any ``n - 1`` of the last ``n - 1 + lookback`` transcripts
   before it, not only the consecutive ones. One transcript that heard a word differently ("a by-grace" between two
@@ -21,10 +21,12 @@ Two options widen and narrow what counts as agreeing (both off: the published ru
 A word is confirmed with the prefix: word ``i`` needs every word before it confirmed too.
 
 Each transcript covers the buffer, which holds the last ``in_buffer`` confirmed words (the recogniser says how many
-are left when it trims the buffer): a transcript that begins with them goes on after them. Otherwise (it heard them
-differently) words that end before the last confirmed word's end (less ``overlap_ms``) are the past, and a run of
-words at the start that repeats the tail of the confirmed ones (up to 5 words) is dropped too. Pure: no model, no
-audio.
+are left when it trims the buffer): a transcript that begins with them goes on after them. One that re-heard the
+last few of them with other letters ("toward a" for "towards a", "A cute" for "Acute") goes on after them too, found
+by a character alignment (``_respelled_end``; until 2026-11-30 by time, and Whisper's spread word times let them be
+confirmed twice). Otherwise words that end before the last confirmed word's end (less ``overlap_ms``) are the past,
+and a run of words at the start that repeats the tail of the confirmed ones (up to 5 words) is dropped too. Pure:
+no model, no audio.
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ RESPELLED_WORDS = 6  # at most this many confirmed words heard differently are l
 
 def _letters(words: list[TimedWord]) -> str:
     """The words' keys run together, small numbers spelled out: "a cute" and "acute", "2" and "two" alike."""
-    return "".join(_NUMBERS.get(int(w.key), w.key) if w.key.isdecimal() and int(w.key) in _NUMBERS else w.key
+    return "".join(_NUMBERS.get(int(w.key), w.key) if w.key.isdecimal() and len(w.key) <= 2 else w.key
                    for w in words)
 
 
@@ -175,15 +177,16 @@ def _respelled_end(inside: list[TimedWord], hypothesis: list[TimedWord]) -> int 
     if len(rest) > RESPELLED_WORDS:
         return None
     target = _letters(rest)
-    best: tuple[int, int, int] | None = None  # (edits, words apart from the count in inside, -end)
+    best: tuple[int, int, int] | None = None  # (edits, words apart from the count in inside, end): on a tie the
+    # shorter end, which keeps a word rather than lose it
     for end in range(same, min(len(hypothesis), same + len(rest) + 2) + 1):
         edits = _edit_distance(target, _letters(hypothesis[same:end]))
-        candidate = (edits, abs(end - same - len(rest)), -end)
+        candidate = (edits, abs(end - same - len(rest)), end)
         if best is None or candidate < best:
             best = candidate
     if best is None or best[0] * 3 > len(target):
         return None
-    return -best[2]
+    return best[2]
 
 
 def _edit_distance(a: str, b: str) -> int:
