@@ -44,6 +44,10 @@ def test_local_agreement_after_a_trim_drops_the_past_and_a_repeated_tail():
         ["five", "six"]
     n1 = LocalAgreement(1)
     assert [w.text for w in n1.update(words("x", "y"))] == ["x", "y"]  # n = 1: every transcript is final
+    for lookback in (0, 1):  # (n = 1 compares with no transcript: lookback does nothing) and held words still come
+        held = LocalAgreement(1, hold_ms=500, lookback=lookback)  # when the audio ends
+        assert held.kept == 0 and [w.text for w in held.update(words("x", "y"), 1100.0)] == ["x"]
+        assert [w.text for w in held.flush()] == ["y"]
 
 
 def test_local_agreement_holds_back_words_that_end_near_the_end_of_the_audio():
@@ -140,6 +144,7 @@ def test_agreement_label_names_the_rule_for_run_records():
     # (not "LocalAgreement-2": the runs labelled so found re-heard confirmed words by time, not by letters)
     assert agreement_label(RecognizerOptions(agreement_cut_last=True)) == "LocalAgreement-2, lookback 1, last word cut"
     assert agreement_label(RecognizerOptions(policy="alignatt")) == "AlignAtt, margin 500 ms"
+    assert agreement_label(RecognizerOptions(agreement=1)) == "LocalAgreement-1"  # (no transcript to look back to)
 
 
 def test_agreement_replay_gives_what_the_live_recogniser_confirms():

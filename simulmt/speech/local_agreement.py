@@ -74,8 +74,9 @@ class LocalAgreement:
 
     @property
     def kept(self) -> int:
-        """How many earlier hypotheses a new one is compared with."""
-        return self.n - 1 + self.lookback
+        """How many earlier hypotheses a new one is compared with (none for n = 1: every transcript is final, and
+        ``lookback`` does nothing)."""
+        return 0 if self.n == 1 else self.n - 1 + self.lookback
 
     def update(self, hypothesis: list[TimedWord], audio_end_ms: float | None = None) -> list[TimedWord]:
         """A new transcript of the buffer (times on the audio's clock) -> the words it confirms, in order.
@@ -97,8 +98,9 @@ class LocalAgreement:
             newly = fresh[:min(ready, agreed[self.n - 2])]
         self.confirmed += newly
         self.in_buffer += len(newly)
-        # every hypothesis kept goes on past the newly confirmed words: the history the next one meets
-        self.history = [self._past(h, newly) for h in [*self.history, fresh]][-self.kept:] if self.kept else []
+        # every hypothesis kept goes on past the newly confirmed words: the history the next one meets (the newest at
+        # least: ``flush`` takes from it what ``hold_ms`` held back)
+        self.history = [self._past(h, newly) for h in [*self.history, fresh]][-max(1, self.kept):]
         return newly
 
     def _agreement(self, earlier: list[TimedWord], fresh: list[TimedWord]) -> int:

@@ -101,7 +101,8 @@ def agreement_label(options: RecognizerOptions = RecognizerOptions()) -> str:
     """How the recogniser decides which words are final, for run records: "LocalAgreement-2, lookback 1"."""
     if options.policy == "alignatt":
         return f"AlignAtt, margin {options.margin_ms} ms"
-    extras = [f"lookback {options.agreement_lookback}"]  # (always: runs before it had the time-based re-hearing)
+    extras = [f"lookback {options.agreement_lookback}"] if options.agreement > 1 else []  # (always for n > 1: runs
+    # labelled "LocalAgreement-2" found re-heard confirmed words by time)
     extras += ["last word cut"] if options.agreement_cut_last else []
     return ", ".join([f"LocalAgreement-{options.agreement}", *extras])
 
