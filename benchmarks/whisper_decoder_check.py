@@ -32,21 +32,14 @@ def words(text: str) -> list[str]:
     return re.findall(r"[a-z']+", text.lower())
 
 
-def edits(ref: list[str], hyp: list[str]) -> int:
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        previous, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (r != h))
-    return row[-1]
-
-
 def main(argv: list[str] | None = None) -> int:
     import ctranslate2
     import numpy as np
     import soundfile
     import tokenizers
     from transformers import WhisperFeatureExtractor
+
+    from simulmt.speech.edit_distance import edit_distance
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("manifest",
@@ -78,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             out = model.generate(ctranslate2.StorageView.from_array(x), [prompt], beam_size=1, max_length=96)
             hyp = words(tokenizer.decode(out[0].sequences_ids[0]))
             heard[name] = hyp if name == "pad30" else hyp[: len(ref)]
-            errors[name] += edits(ref, heard[name])
+            errors[name] += edit_distance(ref, heard[name])
         total += len(ref)
         if len(shown) < args.examples:
             shown.append((row["source"], " ".join(heard["pad30"]), " ".join(heard["cut"])))

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from simulmt.errors import SimulmtError
+from simulmt.speech.edit_distance import edit_distance
 
 HEAD_WEIGHTS, HEAD_CONFIG = "ctc_head.safetensors", "ctc_head.json"
 CTC_HEADS = ("tied", "free")  # the ctc stage's scorers (CTCScorer)
@@ -125,11 +126,6 @@ def token_error_rate(references: list[list[int]], hypotheses: list[list[int]]) -
     references' tokens, for a corpus: 0.0 is a perfect transcript; above 1.0 is possible (many insertions)."""
     edits = total = 0
     for ref, hyp in zip(references, hypotheses, strict=True):
-        row = list(range(len(hyp) + 1))  # Levenshtein distance, one row at a time
-        for i, r in enumerate(ref, 1):
-            previous, row[0] = row[0], i
-            for j, h in enumerate(hyp, 1):
-                previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (r != h))
-        edits += row[-1]
+        edits += edit_distance(ref, hyp)
         total += len(ref)
     return edits / total if total else 0.0

@@ -34,6 +34,8 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass, field
 
+from simulmt.speech.edit_distance import edit_distance
+
 _STRIP = string.punctuation + "“”‘’«»¿¡…–—"
 
 
@@ -182,7 +184,7 @@ def _respelled_end(inside: list[TimedWord], hypothesis: list[TimedWord]) -> int 
     best: tuple[int, int, int] | None = None  # (edits, words apart from the count in inside, end): on a tie the
     # shorter end, which keeps a word rather than lose it
     for end in range(same, min(len(hypothesis), same + len(rest) + 2) + 1):
-        edits = _edit_distance(target, _letters(hypothesis[same:end]))
+        edits = edit_distance(target, _letters(hypothesis[same:end]))
         candidate = (edits, abs(end - same - len(rest)), end)
         if best is None or candidate < best:
             best = candidate
@@ -190,11 +192,3 @@ def _respelled_end(inside: list[TimedWord], hypothesis: list[TimedWord]) -> int 
         return None
     return best[2]
 
-
-def _edit_distance(a: str, b: str) -> int:
-    row = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        previous, row[0] = row[0], i
-        for j, y in enumerate(b, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (x != y))
-    return row[-1]
