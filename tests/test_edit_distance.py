@@ -1,7 +1,7 @@
 """The Levenshtein distance the recogniser's WER and LocalAgreement's letter alignment share: golden values by hand."""
 
 from simulmt.speech.ctc import token_error_rate
-from simulmt.speech.edit_distance import edit_distance
+from simulmt.speech.edit_distance import edit_distance, prefix_distances
 
 
 def test_edit_distance_golden_values():
@@ -10,6 +10,14 @@ def test_edit_distance_golden_values():
     assert edit_distance("towardsa", "towarda") == 1  # the re-heard "towards a" (one letter deleted)
     assert edit_distance(["a", "man", "is"], ["a", "man", "is"]) == 0
     assert edit_distance(["two", "dogs"], ["2", "dogs", "run"]) == 2  # a substitution and an insertion
+
+
+def test_prefix_distances_are_the_distances_to_every_prefix_at_once():
+    # "towardsa" against the prefixes of "towardalarge": "" (8 deletions) ... "towarda" (1) ... "towardalarge" (5)
+    row = prefix_distances("towardsa", "towardalarge")
+    assert row == [edit_distance("towardsa", "towardalarge"[:j]) for j in range(len("towardalarge") + 1)]
+    assert row[0] == 8 and row[7] == 1 and row[-1] == 5
+    assert prefix_distances("", "ab") == [0, 1, 2] and prefix_distances("ab", "") == [2]
 
 
 def test_token_error_rate_is_edits_over_reference_words():

@@ -32,9 +32,10 @@ no model, no audio.
 from __future__ import annotations
 
 import string
+from itertools import accumulate
 from dataclasses import dataclass, field
 
-from simulmt.speech.edit_distance import edit_distance
+from simulmt.speech.edit_distance import prefix_distances
 
 _STRIP = string.punctuation + "“”‘’«»¿¡…–—"
 
@@ -181,10 +182,13 @@ def _respelled_end(inside: list[TimedWord], hypothesis: list[TimedWord]) -> int 
     if len(rest) > RESPELLED_WORDS:
         return None
     target = _letters(rest)
+    last = min(len(hypothesis), same + len(rest) + 2)
+    distances = prefix_distances(target, _letters(hypothesis[same:last]))  # (to every prefix of their letters)
+    ends = list(accumulate((len(_letters([w])) for w in hypothesis[same:last]), initial=0))  # letters before each
     best: tuple[int, int, int] | None = None  # (edits, words apart from the count in inside, end): on a tie the
     # shorter end, which keeps a word rather than lose it
-    for end in range(same, min(len(hypothesis), same + len(rest) + 2) + 1):
-        edits = edit_distance(target, _letters(hypothesis[same:end]))
+    for end in range(same, last + 1):
+        edits = distances[ends[end - same]]
         candidate = (edits, abs(end - same - len(rest)), end)
         if best is None or candidate < best:
             best = candidate
