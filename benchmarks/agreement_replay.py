@@ -96,18 +96,36 @@ def recorded_updates(whisper, options, audio: np.ndarray) -> tuple[list[dict], b
     return updates, cut or 1000 * len(audio) / 16000 > options.trim_ms
 
 
-def confirm(line: dict, rule: dict, step_ms: int, min_audio_ms: int) -> list[tuple[str, float]]:
-    """(word, audio ms when confirmed) as the rule confirms them, updates every ``step_ms``."""
+def confirm(line: dict, rule: dict, step_ms: int, min_audio_ms: int, later_step_ms: int = 0,
+            fast_words: int = 3, decoded: list | None = None) -> list[tuple[str, float]]:
+    """(word, audio ms when confirmed) as the rule confirms them, updates every ``step_ms`` (transcripts every
+    ``later_step_ms`` once ``fast_words`` words of a sentence are confirmed, until a transcript begins the next
+    sentence: as ``StreamingRecognizer`` decides). The words are Whisper's (before ``spell_numbers``). ``decoded``
+    gets the word count of each transcript the recogniser would have made (its compute: an encoder pass each, and
+    a decoder step per token)."""
     from simulmt.speech.local_agreement import LocalAgreement, TimedWord
+    from simulmt.speech.recognizer import sentence_progress
 
     agreement = LocalAgreement(2, **rule)
-    confirmed = []
-    for update in line["updates"]:
-        last = update["t"] >= line["audio_ms"]  # the update of finish(): always
-        if not last and (update["audio_ms"] < min_audio_ms or round(update["t"]) % step_ms):
-            continue
+    confirmed, decoded_ms, in_sentence, next_sentence = [], 0.0, 0, False
+    for index, update in enumerate(line["updates"]):
+        last = index == len(line["updates"]) - 1  # the update of finish(): always
+        if not last:
+            if round(update["t"]) % step_ms:
+                continue  # (not a step of this schedule)
+            later = later_step_ms and in_sentence >= fast_words and not next_sentence
+            if later and round(update["t"] - decoded_ms) < later_step_ms:
+                continue
+            decoded_ms = update["t"]
+            if update["audio_ms"] < min_audio_ms:
+                continue
+        if decoded is not None:
+            decoded.append(len(update["words"]))
         hypothesis = [TimedWord(text, start, end) for text, start, end in update["words"]]
-        confirmed += [(w.text, update["t"]) for w in agreement.update(hypothesis, update["t"])]
+        newly = agreement.update(hypothesis, update["t"])
+        confirmed += [(w.text, update["t"]) for w in newly]
+        in_sentence, next_sentence = sentence_progress(in_sentence, newly, agreement.history[-1] if
+                                                       agreement.history else [], ended=last)
     return confirmed + [(w.text, line["audio_ms"]) for w in agreement.flush()]
 
 
@@ -133,27 +151,38 @@ def replay(args) -> None:
         out = translator.translate_many(texts, "expost", "wait-k", k=args.k, batch_size=args.batch_size)
         return bleu([t.prediction for t in out], references)[0]
 
+    def typed(heard: list[str]) -> str:  # what the text model reads (--spell-numbers: as the recogniser gives it)
+        from simulmt.speech.spoken_numbers import spoken_numbers
+
+        return " ".join(spoken_numbers(heard)[0] if args.spell_numbers else heard)
+
     text = translated([line["source"] for line in lines])
     sources = [words_of(line["source"]) for line in lines]
+    later = f", then {args.later_step_ms} ms after {args.fast_words} words" if args.later_step_ms else ""
     print(f"{len(lines)} lines ({sum(line['cut'] for line in lines)} with a cut buffer: not exact), step "
-          f"{args.step_ms} ms, min audio {min_audio_ms} ms; text BLEU {text:.2f}\n")
-    print(f"| rule | WER % | BLEU | speech / text | word {args.k}'s lag p50 / p95 ms | mean lag of a word ms |\n"
-          "|---|---:|---:|---:|---:|---:|")
-    for rule in RULES:
-        confirmed = [confirm(line, rule, args.step_ms, min_audio_ms) for line in lines]
-        wer = token_error_rate(sources, [words_of(" ".join(w for w, _ in c)) for c in confirmed])
+          f"{args.step_ms} ms{later}, min audio {min_audio_ms} ms; text BLEU {text:.2f}\n")
+    audio_s = sum(line["audio_ms"] for line in lines) / 1000
+    print(f"| rule | WER % | BLEU | speech / text | word {args.k}'s lag p50 / p95 ms | mean lag of a word ms | "
+          "transcripts / audio s | words decoded / audio s |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    rules = [RULES[1]] if args.default_rule else RULES
+    for rule in rules:
+        decoded: list[int] = []
+        confirmed = [confirm(line, rule, args.step_ms, min_audio_ms, args.later_step_ms, args.fast_words, decoded)
+                     for line in lines]
+        wer = token_error_rate(sources, [words_of(typed([w for w, _ in c])) for c in confirmed])
         lags = [c[args.k - 1][1] - line["ends"][min(args.k, len(line["ends"])) - 1]
                 for line, c in zip(lines, confirmed) if len(c) >= args.k]
         every = [t - line["ends"][min(i, len(line["ends"]) - 1)] for line, c in zip(lines, confirmed)
                  for i, (_, t) in enumerate(c)]
-        score = translated([" ".join(w for w, _ in c) for c in confirmed])
+        score = translated([typed([w for w, _ in c]) for c in confirmed])
         name = ", ".join(f"{k} {v}" for k, v in rule.items())
         print(f"| {name} | {100 * wer:.1f} | {score:.2f} | {score / text:.3f} | {np.percentile(lags, 50):.0f} / "
-              f"{np.percentile(lags, 95):.0f} | {np.mean(every):.0f} |", flush=True)
+              f"{np.percentile(lags, 95):.0f} | {np.mean(every):.0f} | {len(decoded) / audio_s:.2f} | "
+              f"{sum(decoded) / audio_s:.2f} |", flush=True)
     whole = [" ".join(w for w, _, _ in line["updates"][-1]["words"]) if line["updates"] else "" for line in lines]
-    wer = token_error_rate(sources, [words_of(t) for t in whole])
-    score = translated(whole)
-    print(f"| the whole file's last transcript | {100 * wer:.1f} | {score:.2f} | {score / text:.3f} | - | - |")
+    wer = token_error_rate(sources, [words_of(typed(t.split())) for t in whole])
+    score = translated([typed(t.split()) for t in whole])
+    print(f"| the whole file's last transcript | {100 * wer:.1f} | {score:.2f} | {score / text:.3f} | - | - | - | - |")
 
 
 def main() -> None:
@@ -176,6 +205,13 @@ def main() -> None:
     rep.add_argument("--reference", default=str(DATA / "test2017.de"))
     rep.add_argument("--step-ms", type=int, default=500, help="a multiple of the recorded step")
     rep.add_argument("--min-audio-ms", type=int, default=None, help="default: RecognizerOptions.min_audio_ms")
+    rep.add_argument("--later-step-ms", type=int, default=0,
+                     help="a longer step once --fast-words words are confirmed (0: every step --step-ms)")
+    rep.add_argument("--fast-words", type=int, default=3)
+    rep.add_argument("--default-rule", action="store_true", help="only the default rule (lookback 1)")
+    rep.add_argument("--spell-numbers", action=argparse.BooleanOptionalAction, default=True,
+                     help="small numbers spelled out, as the recogniser gives them by default (spoken_numbers.py; "
+                          "tables before 2026-11-30, session 45, are without)")
     rep.add_argument("--model", default=None)
     rep.add_argument("--dtype", default="float16-packed")
     rep.add_argument("--head-vocabulary", default=None)

@@ -131,6 +131,12 @@ def main() -> int:
     parser.add_argument("--model", default=None, help="the text model (default: simulmt's)")
     parser.add_argument("--asr-model", default="tiny.en")
     parser.add_argument("--step-ms", type=int, default=1000)
+    parser.add_argument("--later-step-ms", type=int, default=0,
+                        help="the recogniser's step once --fast-words words of a sentence are confirmed (0: off)")
+    parser.add_argument("--fast-words", type=int, default=3)
+    parser.add_argument("--spell-numbers", action=argparse.BooleanOptionalAction, default=True,
+                        help="the recogniser gives small numbers in words (its default; runs before 2026-11-30, "
+                             "session 45: without)")
     parser.add_argument("--asr-beam", type=int, default=1, help="the recogniser's beam size (1: greedy)")
     parser.add_argument("--window-ms", type=int, default=10000,
                         help="decode a buffer up to this long in a window of this length (0: Whisper's 30 s)")
@@ -189,7 +195,8 @@ def main() -> int:
     asr = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads,
                             window_ms=args.window_ms, policy=args.asr_policy, margin_ms=args.margin_ms,
                             hold_ms=args.hold_ms, min_audio_ms=args.min_audio_ms, min_window_ms=args.min_window_ms,
-                            agreement_cut_last=args.cut_last,
+                            agreement_cut_last=args.cut_last, later_step_ms=args.later_step_ms,
+                            fast_words=args.fast_words, spell_numbers=args.spell_numbers,
                             **({} if args.lookback is None else {"agreement_lookback": args.lookback}),
                             pause_ms=args.pause_ms, beam_size=args.asr_beam)
     cascade = CascadeTranslator.load(args.model, asr=asr, dtype="auto", head_vocabulary=args.head_vocabulary)
@@ -259,8 +266,10 @@ def main() -> int:
     per_voice = {v: token_error_rate([normal(r["source"]) for r in records if r["voice"] == v],
                                      [normal(r["heard"]) for r in records if r["voice"] == v]) for v in voices}
     head = f", head vocabulary {args.head_vocabulary}" if args.head_vocabulary else ""
+    later = f" ({args.later_step_ms} ms after {args.fast_words} words of a sentence)" if args.later_step_ms else ""
+    later += "" if args.spell_numbers else ", numbers as written"
     print(f"\n{len(records)} lines; {cascade.name}, {cascade.dtype}{head}, {args.layout} wait-{args.k}, recogniser step "
-          f"{args.step_ms} ms, {agreement_label(asr)} (hold {args.hold_ms} ms, min audio "
+          f"{args.step_ms} ms{later}, {agreement_label(asr)} (hold {args.hold_ms} ms, min audio "
           f"{args.min_audio_ms} ms), window {args.window_ms} ms (min {args.min_window_ms}), pause {args.pause_ms} ms, "
           f"{args.threads} threads\n")
     print("| | WER % | BLEU | LAAL ms | LAAL, shown ms | first word lag p50 / p95 ms | RTF (recogniser alone) |\n"

@@ -31,7 +31,8 @@ from simulmt import __version__
 from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS
 from simulmt.models import DEFAULT_MODEL
-from simulmt.option_fields import asr_beam_field, asr_pause_ms_field, asr_policy_field
+from simulmt.option_fields import (asr_beam_field, asr_later_step_ms_field, asr_pause_ms_field, asr_policy_field,
+                                   check_asr_later_step)
 from simulmt.option_fields import (adapter_field, batch_size_field, context_pairs_field, context_tokens_field,
                                     device_field, dtype_field, head_vocabulary_field, k_field, language_field,
                                     model_field)
@@ -92,6 +93,7 @@ class TranslateOptions:
     asr_step_ms: int = field(default=1000, metadata={
         "help": "with --audio: the recogniser transcribes its buffer again after this much new audio "
                 "(LocalAgreement-2 confirms a word once the newest transcript and one of the two before it agree)", "metavar": "MS"})
+    asr_later_step_ms: int = asr_later_step_ms_field('with --audio: ')
     asr_pause_ms: int = asr_pause_ms_field('with --audio: ')
     asr_policy: str = asr_policy_field('with --audio: ')
     asr_beam: int = asr_beam_field('with --audio: ')
@@ -115,6 +117,7 @@ class TranslateOptions:
                 raise SimulmtError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.context_pairs < 0 or self.context_tokens < 0:
             raise SimulmtError("--context-pairs and --context-tokens must be at least 0")
+        check_asr_later_step(self.asr_step_ms, self.asr_later_step_ms)
         if self.asr_pause_ms < 0:
             raise SimulmtError(f"--asr-pause-ms must be at least 0 (0: off), got {self.asr_pause_ms}")
         if self.tau is not None and not 0.0 <= self.tau <= 1.0:
@@ -450,7 +453,7 @@ def _run_translate_audio(options: TranslateOptions, parser: argparse.ArgumentPar
         speech, defaults = load_speech(options.speech_model, model=options.model, adapter=options.adapter,
                                        asr_model=options.asr_model, asr_step_ms=options.asr_step_ms,
                                        asr_pause_ms=options.asr_pause_ms, asr_policy=options.asr_policy,
-                                       asr_beam=options.asr_beam,
+                                       asr_beam=options.asr_beam, asr_later_step_ms=options.asr_later_step_ms,
                                        source_lang=options.source_lang,
                                        target_lang=options.target_lang, max_words=options.max_words,
                                        device=options.device, dtype=options.dtype,

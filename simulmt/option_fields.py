@@ -13,7 +13,7 @@ from simulmt.adapters import AUTO, PAIRS
 from simulmt.models import DEFAULT_MODEL, packaged_model_names
 from simulmt.core.stream_options import DEFAULTS as STREAM_DEFAULTS
 
-__all__ = ["adapter_field", "asr_beam_field", "asr_pause_ms_field", "asr_policy_field",
+__all__ = ["adapter_field", "asr_beam_field", "asr_later_step_ms_field", "check_asr_later_step", "asr_pause_ms_field", "asr_policy_field",
            "context_pairs_field", "context_tokens_field", "device_field", "dtype_field", "head_vocabulary_field",
            "threads_field",
            "k_field",
@@ -117,6 +117,26 @@ def asr_pause_ms_field(flag: str):
         "help": f"{flag}a silence this long after speech (silero VAD) is a pause: the words before it are final at "
                 "once and the sentence ends there, without waiting for the next word; silence alone is not "
                 "transcribed (0: off)", "metavar": "MS"})
+
+
+def check_asr_later_step(step_ms: int, later_step_ms: int) -> None:
+    """``--asr-later-step-ms`` against ``--asr-step-ms``: 0 (off), or from the step to the buffer's trim length
+    (``speech.loading``'s recogniser: ``trim_ms`` at least 12,000 ms)."""
+    from simulmt.errors import SimulmtError
+    from simulmt.speech.loading import trim_ms_for
+
+    if later_step_ms and not step_ms <= later_step_ms <= trim_ms_for(step_ms):
+        raise SimulmtError(f"--asr-later-step-ms must be 0 (off) or within {step_ms}..{trim_ms_for(step_ms)} ms (from "
+                           f"--asr-step-ms to the recogniser's buffer length), got {later_step_ms}")
+
+
+def asr_later_step_ms_field(flag: str):
+    """The recogniser's step once a sentence's first words are confirmed (``RecognizerOptions.later_step_ms``)."""
+    return field(default=0, metadata={
+        "help": f"{flag}once a sentence's first three words are confirmed, transcribe again only after this much new "
+                "audio, until the next sentence begins or a pause (0: always --asr-step-ms): a quarter fewer "
+                "transcripts, a sentence's first words as soon (after a pause), later words later "
+                "(docs/speech-recogniser.md)", "metavar": "MS"})
 
 
 def asr_policy_field(flag: str):

@@ -49,6 +49,8 @@ def input_file(tmp_path) -> Path:
     (["--asr-pause-ms", "-5"], "--asr-pause-ms must be at least 0"),
     (["--asr-policy", "agree"], "invalid choice: 'agree'"),
     (["--asr-beam", "0"], "--asr-beam must be at least 1"),
+    (["--asr-later-step-ms", "500"], "--asr-later-step-ms must be 0 (off) or within 1000..12000 ms"),
+    (["--asr-later-step-ms", "-1"], "--asr-later-step-ms must be 0 (off) or within"),
 ])
 def test_argument_errors_exit_2_before_loading(loads, capsys, input_file, args, message):
     assert cli.main(["translate", *args, str(input_file)]) == 2

@@ -89,3 +89,19 @@ def test_the_processor_config_takes_a_head_vocabulary(monkeypatch):
     SimulmtProcessor.load_model(SimpleNamespace(head_vocabulary=["a.de", "b.en"]))  # (YAML's list: the same files)
     assert [kw["head_vocabulary"] for kw in seen] == ["a.de,b.en", None]
     assert len(SimulmtProcessor._loaded) == 2
+
+
+def test_the_processor_config_takes_the_recognisers_later_step(monkeypatch):
+    """``asr_later_step_ms`` in the processor's config reaches the recogniser (0, off, when not given), and tells
+    one loaded configuration from another."""
+    from types import SimpleNamespace
+
+    from simulmt.evaluation.simulstream_processor import SimulmtProcessor
+    from simulmt.speech import loading
+
+    seen = []
+    monkeypatch.setattr(loading, "load_speech", lambda speech_model, **kwargs: (seen.append(kwargs), (object(), {}))[1])
+    monkeypatch.setattr(SimulmtProcessor, "_loaded", {})
+    SimulmtProcessor.load_model(SimpleNamespace(asr_step_ms=500, asr_later_step_ms=1000))
+    SimulmtProcessor.load_model(SimpleNamespace(asr_step_ms=500))
+    assert [(kw["asr_step_ms"], kw["asr_later_step_ms"]) for kw in seen] == [(500, 1000), (500, 0)]

@@ -169,20 +169,55 @@ def test_agreement_replay_gives_what_the_live_recogniser_confirms():
     line = {"updates": updates, "audio_ms": 4500.0}
     outcomes = set()
     for rule in replay.RULES:
-        for step_ms, min_audio_ms in ((300, 0), (600, 0), (300, 1000)):
+        for step_ms, min_audio_ms, later_step_ms in ((300, 0, 0), (600, 0, 0), (300, 1000, 0), (300, 0, 900)):
             options = RecognizerOptions(step_ms=step_ms, min_audio_ms=min_audio_ms, pause_ms=0,
                                         agreement_lookback=rule["lookback"],
-                                        agreement_cut_last=rule.get("cut_last", False))
-            live = StreamingRecognizer(Mishearing(options), options)
+                                        agreement_cut_last=rule.get("cut_last", False),
+                                        later_step_ms=later_step_ms, fast_words=2)
+            whisper = Mishearing(options)
+            live = StreamingRecognizer(whisper, options)
             words = [w for start in range(0, len(audio), 16 * step_ms)
                      for w in live.push(audio[start:start + 16 * step_ms])] + live.finish()
-            replayed = replay.confirm(line, rule, step_ms, min_audio_ms)
+            decoded: list[int] = []
+            replayed = replay.confirm(line, rule, step_ms, min_audio_ms, later_step_ms, 2, decoded)
             assert replayed == [(w.text, w.confirmed_ms) for w in words]
+            assert len(decoded) == whisper.calls  # (the replay counts the transcripts made)
             outcomes.add((step_ms, min_audio_ms, tuple(replayed)))
     for step_ms, min_audio_ms in ((300, 0), (600, 0), (300, 1000)):  # the four rules do not all agree
         assert len({o for o in outcomes if o[:2] == (step_ms, min_audio_ms)}) >= 2
     published, lookback = (dict(replay.confirm(line, rule, 300, 0)) for rule in replay.RULES[:2])
     assert lookback["man"] < published["man"]  # the misheard transcript between two agreeing ones delays it there
+
+
+def test_agreement_replay_follows_the_later_step_over_two_sentences_with_digits():
+    """Two sentences (9 s, no cut), Whisper's digits for "Two" and "a": the replay's schedule (short steps until a
+    sentence's first words, long ones until a transcript begins the next sentence) and the numbers spelled as the
+    recogniser gives them are the live recogniser's."""
+    class Digits(FakeWhisper):
+        def transcribe(self, audio, prompt=""):
+            return [TimedWord({"Two": "2", "a": "1"}.get(w.text, w.text), w.start_ms, w.end_ms, w.ends_segment)
+                    for w in super().transcribe(audio, prompt)]
+
+    from simulmt.speech.spoken_numbers import spoken_numbers
+
+    replay = load_benchmark("agreement_replay")
+    audio = spoken(SCRIPT[:18])
+    recording = RecognizerOptions(step_ms=300, min_audio_ms=0, pause_ms=0)
+    updates, cut = replay.recorded_updates(Digits(recording), recording, audio)
+    assert not cut
+    line = {"updates": updates, "audio_ms": 9000.0}
+    for step_ms, later_step_ms in ((300, 0), (300, 900), (600, 1200), (300, 1500)):
+        options = RecognizerOptions(step_ms=step_ms, min_audio_ms=0, pause_ms=0, later_step_ms=later_step_ms,
+                                    fast_words=2)
+        whisper = Digits(options)
+        live = StreamingRecognizer(whisper, options)
+        words = [w for start in range(0, len(audio), 16 * step_ms)
+                 for w in live.push(audio[start:start + 16 * step_ms])] + live.finish()
+        decoded: list[int] = []
+        replayed = replay.confirm(line, replay.RULES[1], step_ms, 0, later_step_ms, 2, decoded)
+        assert spoken_numbers([w for w, _ in replayed])[0] == [w.text for w in words]
+        assert [t for _, t in replayed] == [w.confirmed_ms for w in words] and len(decoded) == whisper.calls
+    assert "Two" in [w.text for w in words] and "one" in [w.text for w in words]
 
 
 def test_alignatt_confirms_the_words_aligned_before_the_newest_audio():
@@ -301,6 +336,24 @@ def test_a_pause_makes_its_words_final_at_once_and_silence_is_not_transcribed():
     assert whole.push(audio) + whole.finish() == vad and whole.pause_count == 2
 
 
+def test_with_later_step_ms_a_pause_is_still_heard_at_every_step():
+    """``later_step_ms`` makes fewer transcripts, not fewer updates: a pause (voice activity) is heard at the next
+    ``step_ms`` (not the next long one) and the words before it are final by then."""
+    audio = np.concatenate([spoken()[:7 * WORD], np.zeros(32000, dtype=np.float32), spoken()[7 * WORD:]])
+    heard, calls = {}, {}
+    for later in (0, 1500):
+        options = RecognizerOptions(step_ms=250, min_audio_ms=0, trim_ms=4000, max_buffer_ms=8000, pause_ms=600,
+                                    later_step_ms=later, fast_words=2)
+        whisper = FakeWhisper(options)
+        recognizer = StreamingRecognizer(whisper, options)
+        words = [w for start in range(0, len(audio), 4000) for w in recognizer.push(audio[start:start + 4000])]
+        heard[later], calls[later] = words + recognizer.finish(), whisper.calls
+    assert [w.text for w in heard[1500]] == [w.text for w in heard[0]] == SCRIPT
+    for later in (0, 1500):  # "in", the last word before the pause: final within the pause and a short step
+        assert heard[later][6].confirmed_ms <= 3500 + 600 + 250 + 32
+    assert heard[1500][2].confirmed_ms > heard[0][2].confirmed_ms and calls[1500] < calls[0]
+
+
 def test_the_buffer_is_cut_at_a_segment_end_once_past_trim_ms():
     """Segment ends (here: sentence ends) are where the buffer may be cut: past trim_ms it is, long before the
     max_buffer_ms bound (the segment flags once got lost on the way, and every buffer grew to Whisper's 30 s)."""
@@ -393,6 +446,53 @@ def test_no_transcript_of_a_buffer_shorter_than_min_audio_ms_but_at_the_end():
         RecognizerOptions(min_audio_ms=-1)
     with pytest.raises(SimulmtError, match="min_audio_ms \\(13000\\) must not exceed trim_ms"):
         RecognizerOptions(min_audio_ms=13000)  # (the buffer is cut only after a transcript)
+
+
+def test_later_step_ms_transcribes_less_often_once_a_sentences_first_words_are_confirmed():
+    """``later_step_ms``: the first ``fast_words`` words come as with ``step_ms`` alone, at the same audio times;
+    then the buffer is transcribed every ``later_step_ms`` until a transcript begins the next sentence, when the step
+    is short again: that sentence's first words wait at most one long step more. Every word still comes, once, with
+    fewer transcripts."""
+    def run(**options):
+        opts = RecognizerOptions(step_ms=500, min_audio_ms=0, pause_ms=0, trim_ms=4000, max_buffer_ms=8000,
+                                 **options)
+        whisper = FakeWhisper(opts)
+        recognizer = StreamingRecognizer(whisper, opts)
+        audio = spoken(SCRIPT[:18])  # two sentences (9 s)
+        heard = [w for start in range(0, len(audio), 4000) for w in recognizer.push(audio[start:start + 4000])]
+        heard += recognizer.finish()
+        return [w.text for w in heard], [w.confirmed_ms for w in heard], whisper.calls
+
+    every_words, every, every_calls = run()
+    later_words, later, later_calls = run(later_step_ms=1500, fast_words=2)
+    assert later_words == every_words == SCRIPT[:18]
+    assert later_calls < every_calls
+    assert later[:2] == every[:2]  # "A man": as soon as before
+    assert later[2] > every[2]  # "is": later
+    for first in (9, 10):  # "Two children": heard at a long step, then confirmed at the next short one
+        assert every[first] < later[first] <= every[first] + 1500
+    assert later[9] - later[8] == 500  # "park." came at the long step that heard "Two"; a short one confirmed it
+    with pytest.raises(SimulmtError, match="later_step_ms must be 0 \\(off\\) or within step_ms..trim_ms"):
+        RecognizerOptions(step_ms=1000, later_step_ms=500)
+
+
+def test_spell_numbers_gives_the_translator_small_numbers_in_words():
+    """``spell_numbers`` (English): Whisper's "2" reaches the translator as "Two" at a sentence's start and "two"
+    inside one; the agreement still compares what Whisper wrote."""
+    class Digits(FakeWhisper):
+        def transcribe(self, audio, prompt=""):
+            digits = {"Two": "2", "a": "1"}
+            return [TimedWord(digits.get(w.text, w.text), w.start_ms, w.end_ms, w.ends_segment)
+                    for w in super().transcribe(audio, prompt)]
+
+    def heard(**options):
+        opts = RecognizerOptions(step_ms=500, min_audio_ms=0, pause_ms=0, **options)
+        recognizer = StreamingRecognizer(Digits(opts), opts)
+        return [w.text for w in recognizer.push(spoken(SCRIPT[:12])) + recognizer.finish()]
+
+    assert heard(spell_numbers=False)[3:11] == ["riding", "1", "bike", "in", "the", "park.", "2", "children"]
+    assert heard()[3:11] == ["riding", "one", "bike", "in", "the", "park.", "Two", "children"]  # (the default)
+    assert heard(language="de")[9] == "2"  # (English words only)
 
 
 def test_the_encoder_window_is_window_ms_or_a_second_past_the_buffer_with_min_window_ms():
@@ -499,10 +599,58 @@ def test_load_speech_gives_the_recogniser_the_options_asked_for(monkeypatch):
 
     seen = []
     monkeypatch.setattr(CascadeTranslator, "load", classmethod(lambda cls, model, adapter, asr, **kw: seen.append(asr)))
-    loading.load_speech(None, asr_policy="alignatt", asr_pause_ms=700, asr_step_ms=500, asr_beam=5)
+    loading.load_speech(None, asr_policy="alignatt", asr_pause_ms=700, asr_step_ms=500, asr_beam=5,
+                        asr_later_step_ms=1000)
     loading.load_speech(None)
-    assert (seen[0].policy, seen[0].pause_ms, seen[0].step_ms, seen[0].beam_size) == ("alignatt", 700, 500, 5)
-    assert (seen[1].policy, seen[1].pause_ms, seen[1].beam_size) == (DEFAULT_POLICY, DEFAULT_PAUSE_MS, 1)
+    assert (seen[0].policy, seen[0].pause_ms, seen[0].step_ms, seen[0].beam_size, seen[0].later_step_ms) == \
+        ("alignatt", 700, 500, 5, 1000)
+    assert (seen[1].policy, seen[1].pause_ms, seen[1].beam_size, seen[1].later_step_ms) == \
+        (DEFAULT_POLICY, DEFAULT_PAUSE_MS, 1, 0)
+    with pytest.raises(SimulmtError, match="later_step_ms must be 0 \\(off\\) or within step_ms"):
+        loading.load_speech(None, asr_step_ms=1000, asr_later_step_ms=600)  # (before any model loads)
+
+
+def test_translate_and_evaluate_give_the_recogniser_the_later_step(tmp_path, monkeypatch):
+    """``--asr-later-step-ms`` reaches the recogniser from ``translate --audio`` and ``evaluate --source-audio``."""
+    from simulmt import cli
+    from simulmt.speech import loading
+    from simulmt.speech.wav import write_wav
+
+    seen = []
+
+    def fake_load(speech_model, **kwargs):
+        seen.append(kwargs)
+        raise SimulmtError("stopped after the options were given")
+    monkeypatch.setattr(loading, "load_speech", fake_load)
+    wav = tmp_path / "a.wav"
+    write_wav(wav, spoken(SCRIPT[:2]), 16000)
+    (tmp_path / "list").write_text(f"{wav}\n")
+    (tmp_path / "ref").write_text("Ein Mann\n")
+    assert cli.main(["translate", "--audio", str(wav), "--asr-step-ms", "500", "--asr-later-step-ms", "1000"]) == 1
+    assert cli.main(["evaluate", "--source-audio", str(tmp_path / "list"), "--reference", str(tmp_path / "ref"),
+                     "--output", str(tmp_path / "runs"), "--asr-step-ms", "500", "--asr-later-step-ms", "1500"]) == 1
+    assert [(k["asr_step_ms"], k["asr_later_step_ms"]) for k in seen] == [(500, 1000), (500, 1500)]
+
+
+def test_a_speech_runs_record_names_the_later_step_and_the_spelled_numbers(tmp_path):
+    """``evaluate --source-audio``: the recogniser's label (an identity key: a run made otherwise is not resumed)
+    names the later step and the small numbers in words (runs before them gave the digits)."""
+    from pathlib import Path
+
+    from simulmt.evaluation.options import EvaluateOptions
+    from simulmt.evaluation.run_dir import run_config
+    from simulmt.evaluation.runs import RunSpec
+    from simulmt.evaluation.testset import TestSet
+
+    test_set = TestSet(Path("a.list"), Path("ref"), ["a.wav"], ["Ein Mann"], "0", "0")
+    label = {}
+    for later in (0, 1000):
+        options = EvaluateOptions(source_audio="a.list", reference="ref", output=str(tmp_path), asr_step_ms=500,
+                                  asr_later_step_ms=later)
+        label[later] = run_config(RunSpec("expost", "wait-k", 3), "m", options, test_set)["speech_model"]
+    assert label[0] == "whisper tiny.en (step 500 ms, LocalAgreement-2, lookback 1, small numbers in words, " \
+        "pause 700 ms)"
+    assert label[1000] == label[0].replace("500 ms,", "500 ms, 1000 ms after a sentence's first words,")
 
 
 def test_the_simuleval_speech_agent_passes_a_head_vocabulary_to_the_text_model(monkeypatch):

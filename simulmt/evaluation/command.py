@@ -50,7 +50,7 @@ def run_evaluate_command(options: EvaluateOptions, parser: argparse.ArgumentPars
             translator, _ = load_speech(options.speech_model, model=options.model, adapter=options.adapter,
                                         asr_model=options.asr_model, asr_step_ms=options.asr_step_ms,
                                         asr_pause_ms=options.asr_pause_ms, asr_policy=options.asr_policy,
-                                        asr_beam=options.asr_beam,
+                                        asr_beam=options.asr_beam, asr_later_step_ms=options.asr_later_step_ms,
                                         source_lang=options.source_lang,
                                         target_lang=options.target_lang,
                                         max_words=options.max_words, device=options.device, dtype=options.dtype,

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from simulmt.errors import SimulmtError
 from simulmt.core.layouts import LAYOUTS
 from simulmt.metrics import DEFAULT_MS_PER_SOURCE_UNIT
-from simulmt.option_fields import asr_beam_field, asr_pause_ms_field, asr_policy_field
+from simulmt.option_fields import (asr_beam_field, asr_later_step_ms_field, asr_pause_ms_field, asr_policy_field,
+                                   check_asr_later_step)
 from simulmt.option_fields import (adapter_field, batch_size_field, context_pairs_field, context_tokens_field,
                                     device_field, dtype_field, head_vocabulary_field, language_field, model_field,
                                     phi_field, slot_field, threads_field)
@@ -35,6 +36,7 @@ class EvaluateOptions:
         "metavar": "NAME|DIR"})
     asr_step_ms: int = field(default=1000, metadata={
         "help": "with --source-audio: the recogniser transcribes again after this much new audio", "metavar": "MS"})
+    asr_later_step_ms: int = asr_later_step_ms_field('with --source-audio: ')
     asr_pause_ms: int = asr_pause_ms_field('with --source-audio: ')
     asr_policy: str = asr_policy_field('with --source-audio: ')
     asr_beam: int = asr_beam_field('with --source-audio: ')
@@ -123,6 +125,7 @@ class EvaluateOptions:
             raise SimulmtError(f"--asr-step-ms must be at least 1, got {self.asr_step_ms}")
         if self.asr_beam < 1:
             raise SimulmtError(f"--asr-beam must be at least 1, got {self.asr_beam}")
+        check_asr_later_step(self.asr_step_ms, self.asr_later_step_ms)
         if self.asr_pause_ms < 0:
             raise SimulmtError(f"--asr-pause-ms must be at least 0 (0: off), got {self.asr_pause_ms}")
         for name in ("reference", "output"):

@@ -40,10 +40,14 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
     pause = f", pause {options.asr_pause_ms} ms" if options.asr_pause_ms else ""
     agreement = ""
     if options.source_audio:
+        from simulmt.core.prompt_format import language_code
         from simulmt.speech.recognizer import RecognizerOptions, agreement_label
 
         agreement = agreement_label(RecognizerOptions(policy=options.asr_policy))
+        if RecognizerOptions().spell_numbers and language_code(options.source_lang) == "en":
+            agreement += ", small numbers in words"  # (since 2026-11-30: runs before it gave the digits)
     beam = f", beam {options.asr_beam}" if options.asr_beam > 1 else ""
+    later = f", {options.asr_later_step_ms} ms after a sentence's first words" if options.asr_later_step_ms else ""
     return {"run": spec.name, "model": model, "adapter": options.adapter, "dtype": dtype or options.dtype,
             "source_lang": options.source_lang, "target_lang": options.target_lang, **spec.settings(),
             "decode": asdict(options.decode_config()), "simulmt": __version__,
@@ -53,7 +57,7 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
             # the LM head over those files' tokens and each sentence's source only (head_vocabulary.py)
             **({"head_vocabulary": head_vocabulary} if head_vocabulary else {}),
             **({"source_type": "speech", "speech_model": options.speech_model or f"whisper {options.asr_model} "
-                f"(step {options.asr_step_ms} ms, {agreement}{pause}{beam})"} if options.source_audio else {}),
+                f"(step {options.asr_step_ms} ms{later}, {agreement}{pause}{beam})"} if options.source_audio else {}),
             **({"learned_decides": learned_decides or "once per block"}
                if options.source_audio and spec.policy == "learned" else {}),
             # one engine per run computes the prompt once (prompt_cache.py): text runs, and batched speech runs

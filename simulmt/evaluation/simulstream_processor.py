@@ -21,7 +21,7 @@ under ``simulstream_inference`` unchanged::
         --metrics-log-file log.jsonl
 
 Options (besides ``type`` and ``speech_chunk_size``): ``model``, ``adapter``, ``asr_model`` (tiny.en, base, or a
-CTranslate2 folder), ``asr_step_ms``, ``asr_pause_ms``, ``asr_policy``, ``asr_beam``,
+CTranslate2 folder), ``asr_step_ms``, ``asr_pause_ms``, ``asr_policy``, ``asr_beam``, ``asr_later_step_ms``,
 ``source_lang``, ``target_lang``, ``layout``, ``policy``,
 ``k``, ``n``, ``tau``, ``slot``, ``phi``, ``context_pairs``, ``context_tokens``, ``max_words``, ``device``, ``dtype``,
 ``head_vocabulary`` (text files, comma-separated: the text model's LM head over their tokens and the source heard).
@@ -60,7 +60,8 @@ class SimulmtProcessor(SpeechProcessor):
         if isinstance(_option(config, "head_vocabulary"), (list, tuple)):  # (YAML: a list of files)
             config.head_vocabulary = ",".join(map(str, config.head_vocabulary))
         return tuple(_option(config, name) for name in (
-            "model", "adapter", "asr_model", "asr_step_ms", "asr_pause_ms", "asr_policy", "asr_beam", "source_lang",
+            "model", "adapter", "asr_model", "asr_step_ms", "asr_pause_ms", "asr_policy", "asr_beam",
+            "asr_later_step_ms", "source_lang",
             "target_lang", "max_words", "device", "dtype", "head_vocabulary"))
 
     @classmethod
@@ -76,6 +77,7 @@ class SimulmtProcessor(SpeechProcessor):
                                         asr_pause_ms=_option(config, "asr_pause_ms"),
                                         asr_policy=_option(config, "asr_policy"),
                                         asr_beam=int(_option(config, "asr_beam", 1)),
+                                        asr_later_step_ms=int(_option(config, "asr_later_step_ms", 0)),
                                         source_lang=_option(config, "source_lang", "en"),
                                         target_lang=_option(config, "target_lang", "de"),
                                         max_words=int(_option(config, "max_words", DEFAULT_MAX_WORDS)),

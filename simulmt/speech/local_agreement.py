@@ -36,6 +36,7 @@ from itertools import accumulate
 from dataclasses import dataclass, field
 
 from simulmt.speech.edit_distance import prefix_distances
+from simulmt.speech.spoken_numbers import NUMBER_WORDS
 
 _STRIP = string.punctuation + "“”‘’«»¿¡…–—"
 
@@ -155,8 +156,7 @@ class LocalAgreement:
         return words
 
 
-_NUMBERS = dict(enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-                          "fifteen sixteen seventeen eighteen nineteen twenty".split()))
+_NUMBERS = dict(enumerate(NUMBER_WORDS))
 RESPELLED_WORDS = 6  # at most this many confirmed words heard differently are looked for by their letters
 
 

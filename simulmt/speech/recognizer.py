@@ -19,7 +19,14 @@ been silent for ``pause_ms`` after speech, the speaker has paused: the next upda
 once (no agreement to wait for: nothing more will be said of them), the buffer starts after the pause, and the
 push says where (``pauses``: a talk can end its sentence there instead of waiting for the next word). An update
 whose buffer holds no speech and no word waiting is not transcribed (the buffer is dropped): silence costs no
-decoding. Updates come every ``step_ms`` of audio however it is cut into pieces.
+decoding. Updates come every ``step_ms`` of audio however it is cut into pieces. With ``later_step_ms``, once a
+sentence's first ``fast_words`` words are confirmed an update transcribes only after ``later_step_ms`` of audio
+since the last transcript, until a transcript begins the next sentence (a translation's first word waits for its
+source's first words; the rest come later, with a quarter fewer transcripts: docs/speech-recogniser.md); every
+update still listens for a pause.
+
+Confirmed words reach the translator as a text writes them: with ``spell_numbers`` (English) Whisper's "2" is
+"two" (``spoken_numbers.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from simulmt.errors import SimulmtError
 from simulmt.core.sentence_ends import ends_sentence
 from simulmt.speech.align_att import AlignAtt
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
+from simulmt.speech.spoken_numbers import spoken_numbers
 from simulmt.speech.repetition import FALLBACK_PENALTY, collapse_loops, degenerate, repetitiveness
 from simulmt.speech.voice_activity import Silero, VoiceActivity
 from simulmt.speech.wav import RATE
@@ -49,6 +57,9 @@ class RecognizerOptions:
     model: str = "tiny.en"  # a packaged Whisper name or a CTranslate2 folder
     language: str = "en"  # the source language (multilingual models: any Whisper language code)
     step_ms: int = 1000  # transcribe again after this much new audio
+    later_step_ms: int = 0  # once fast_words words of a sentence are confirmed, transcribe after this much (0:
+    # always step_ms; a sentence's first words come at step_ms, the rest later, with fewer transcripts)
+    fast_words: int = 3  # (a wait-k translation's first word needs its source's first k words)
     policy: str = DEFAULT_POLICY  # which words are final: "local-agreement" (n transcripts agree) or "alignatt"
     # (a word whose cross-attention alignment ends margin_ms before the audio's end: align_att.py)
     agreement: int = 2  # LocalAgreement-n
@@ -70,6 +81,8 @@ class RecognizerOptions:
     compute_type: str = "int8"  # CTranslate2's weights on a CPU ("float32", "int8", ...); "default" on a GPU
     beam_size: int = 1  # the decoder's beam (1: greedy)
     threads: int = 0  # CTranslate2's CPU threads (0: its default)
+    spell_numbers: bool = True  # English: a confirmed "2" is given as "two" ("Two" at a sentence's start), zero to
+    # twelve, as a text writes them (spoken_numbers.py; other languages: as heard)
     pause_ms: int = DEFAULT_PAUSE_MS  # silence after speech this long (silero VAD) is a pause: its words are final
     # at once, the buffer starts after it, and the sentence ends there; silence alone is not transcribed (0: no VAD)
 
@@ -92,6 +105,11 @@ class RecognizerOptions:
         if self.min_audio_ms > self.trim_ms:  # (a buffer is only cut after a transcript: it would grow unbounded)
             raise SimulmtError(f"recogniser option min_audio_ms ({self.min_audio_ms}) must not exceed trim_ms "
                                f"({self.trim_ms})")
+        if self.later_step_ms and not self.step_ms <= self.later_step_ms <= self.trim_ms:
+            raise SimulmtError(f"recogniser option later_step_ms must be 0 (off) or within step_ms..trim_ms "
+                               f"({self.step_ms}..{self.trim_ms}), got {self.later_step_ms}")
+        if self.fast_words < 0:
+            raise SimulmtError(f"recogniser option fast_words must be at least 0, got {self.fast_words}")
         if not self.step_ms <= self.trim_ms <= self.max_buffer_ms <= 30000:
             raise SimulmtError(f"the recogniser needs step_ms <= trim_ms <= max_buffer_ms <= 30000, got "
                                f"{self.step_ms}, {self.trim_ms}, {self.max_buffer_ms}")
@@ -352,6 +370,10 @@ class StreamingRecognizer:
     # ``push`` returned (i: after the first i; a sentence ends there)
     pause_count: int = 0  # pauses heard so far
     words_since_pause: int = 0  # words confirmed since the last pause (a pause after none is not counted)
+    words_in_sentence: int = 0  # words confirmed since the last pause or sentence end (later_step_ms)
+    next_sentence_begun: bool = False  # the newest transcript's words not confirmed yet begin the next sentence
+    decoded_ms: float = 0.0  # the audio received at the last update that could transcribe (later_step_ms)
+    sentence_start: bool = True  # the next confirmed word starts a sentence (spell_numbers)
 
     def __post_init__(self):
         self.agreement = (AlignAtt(margin_ms=self.options.margin_ms) if self.options.policy == "alignatt"
@@ -367,7 +389,8 @@ class StreamingRecognizer:
 
     def push(self, samples: np.ndarray) -> list[ConfirmedWord]:
         """More audio -> the words confirmed by the updates it completes: one after every ``step_ms`` of audio,
-        however the audio comes in pieces (a long piece is several steps)."""
+        however the audio comes in pieces (a long piece is several steps; with ``later_step_ms`` some updates only
+        listen for a pause)."""
         samples = as_float_audio(samples)
         step = max(1, RATE * self.options.step_ms // 1000)
         out: list[ConfirmedWord] = []
@@ -388,6 +411,13 @@ class StreamingRecognizer:
                     self.pauses.append(len(out))
         return out
 
+    def step_now_ms(self) -> int:
+        """The audio between transcripts now: ``step_ms``, or ``later_step_ms`` once ``fast_words`` words of the
+        sentence being spoken are confirmed and no transcript has begun the next one."""
+        later = self.options.later_step_ms and self.words_in_sentence >= self.options.fast_words \
+            and not self.next_sentence_begun
+        return self.options.later_step_ms if later else self.options.step_ms
+
     def finish(self) -> list[ConfirmedWord]:
         self.pauses = []
         return self._update(final=True) if len(self.buffer) else []
@@ -402,6 +432,10 @@ class StreamingRecognizer:
                 self.seconds += time.perf_counter() - started
                 return []
             paused = self.voice.trailing_silence_ms() >= self.options.pause_ms
+        if not final and not paused and self.received_ms - self.decoded_ms < self.step_now_ms() - 0.5:
+            self.seconds += time.perf_counter() - started
+            return []  # (later_step_ms: not yet; a pause is still heard at every step)
+        self.decoded_ms = self.received_ms
         if not final and not paused and 1000.0 * len(self.buffer) / RATE < self.options.min_audio_ms:
             self.seconds += time.perf_counter() - started
             return []  # too little audio yet: a transcript of half a second invents its first word
@@ -420,16 +454,28 @@ class StreamingRecognizer:
         elif 1000.0 * len(self.buffer) / RATE >= self.options.max_buffer_ms and not confirmed:
             confirmed += self.agreement.flush(but_last=True)  # the window is full and nothing agreed: take it as
             # it stands, but the last word (the audio may cut it)
-        out = [ConfirmedWord(w.text, w.start_ms, w.end_ms, self.received_ms, self.updates) for w in confirmed]
+        out = [ConfirmedWord(text, w.start_ms, w.end_ms, self.received_ms, self.updates)
+               for w, text in zip(confirmed, self._written([w.text for w in confirmed]))]
         self.updates += 1
         self.words_since_pause += len(out)
+        self.words_in_sentence, self.next_sentence_begun = sentence_progress(
+            self.words_in_sentence, confirmed, self.agreement.history[-1] if self.agreement.history else [],
+            ended=paused or final)
         if paused and self.words_since_pause:
             self.pause_count, self.words_since_pause = self.pause_count + 1, 0
         self._trim(final or paused)
         if paused:  # the next utterance is decoded on its own: a prompt of what came before the pause invites
             self.before_buffer = []  # Whisper to say it again (measured: loops of the last words on one voice)
+            self.sentence_start = True  # (the talk ends its sentence at a pause)
         self.seconds += time.perf_counter() - started
         return out
+
+    def _written(self, texts: list[str]) -> list[str]:
+        """Confirmed words as the translator gets them (``spell_numbers``: English only)."""
+        if not (self.options.spell_numbers and self.options.language == "en"):
+            return texts
+        texts, self.sentence_start = spoken_numbers(texts, self.sentence_start)
+        return texts
 
     def _drop_silence(self) -> None:
         """The buffer holds silence only: it goes (the confirmed words before it stay the prompt)."""
@@ -466,6 +512,18 @@ class StreamingRecognizer:
         self.agreement.confirmed = self.agreement.confirmed[-60:]  # bounded: only the tail is ever compared
         if self.voice is not None:
             self.voice.forget_before(cut_ms)
+
+
+def sentence_progress(words_in_sentence: int, confirmed: list[TimedWord], pending: list[TimedWord],
+                      ended: bool) -> tuple[int, bool]:
+    """After an update (``later_step_ms``): how many words of the sentence being spoken are confirmed (after
+    ``confirmed``, what the update confirmed, as Whisper wrote them; 0 when the audio ``ended`` or paused), and
+    whether the newest transcript's words not confirmed yet (``pending``: the agreement's last history) end that
+    sentence and begin the next (then its first words are near, and ``step_ms`` is back; Whisper ends six in ten
+    partial transcripts with a full stop, so a sentence end with no word after it says nothing)."""
+    ends = [i for i, w in enumerate(confirmed) if ends_sentence(w.text, "X")]
+    count = 0 if ended else (len(confirmed) - 1 - ends[-1] if ends else words_in_sentence + len(confirmed))
+    return count, any(ends_sentence(w.text, after.text) for w, after in zip(pending, pending[1:]))
 
 
 def as_float_audio(samples: np.ndarray) -> np.ndarray:
