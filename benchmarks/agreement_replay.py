@@ -100,7 +100,7 @@ def confirm(line: dict, rule: dict, step_ms: int, min_audio_ms: int, later_step_
             fast_words: int = 3, decoded: list | None = None) -> list[tuple[str, float]]:
     """(word, audio ms when confirmed) as the rule confirms them, updates every ``step_ms`` (transcripts every
     ``later_step_ms`` once ``fast_words`` words of a sentence are confirmed, until a transcript begins the next
-    sentence: as ``StreamingRecognizer`` decides). The words are Whisper's (before ``spell_numbers``). ``decoded``
+    sentence: as ``StreamingRecognizer`` decides). The words are Whisper's (before ``written_words``). ``decoded``
     gets the word count of each transcript the recogniser would have made (its compute: an encoder pass each, and
     a decoder step per token)."""
     from simulmt.speech.local_agreement import LocalAgreement, TimedWord
@@ -151,10 +151,11 @@ def replay(args) -> None:
         out = translator.translate_many(texts, "expost", "wait-k", k=args.k, batch_size=args.batch_size)
         return bleu([t.prediction for t in out], references)[0]
 
-    def typed(heard: list[str]) -> str:  # what the text model reads (--spell-numbers: as the recogniser gives it)
-        from simulmt.speech.spoken_numbers import spoken_numbers
+    def typed(heard: list[str]) -> str:  # what the text model reads: as the recogniser gives it
+        from simulmt.speech.written_words import written_words
 
-        return " ".join(spoken_numbers(heard)[0] if args.spell_numbers else heard)
+        return " ".join(written_words(heard, spell_numbers=args.spell_numbers,
+                                      capitalise_starts=args.capitalise_starts)[0])
 
     text = translated([line["source"] for line in lines])
     sources = [words_of(line["source"]) for line in lines]
@@ -212,6 +213,9 @@ def main() -> None:
     rep.add_argument("--spell-numbers", action=argparse.BooleanOptionalAction, default=True,
                      help="small numbers spelled out, as the recogniser gives them by default (spoken_numbers.py; "
                           "tables before 2026-11-30, session 45, are without)")
+    rep.add_argument("--capitalise-starts", action=argparse.BooleanOptionalAction, default=True,
+                     help="a sentence's first word with a capital, as the recogniser gives it by default "
+                          "(written_words.py; tables before 2026-11-30, session 46, are without)")
     rep.add_argument("--model", default=None)
     rep.add_argument("--dtype", default="float16-packed")
     rep.add_argument("--head-vocabulary", default=None)

@@ -137,6 +137,9 @@ def main() -> int:
     parser.add_argument("--spell-numbers", action=argparse.BooleanOptionalAction, default=True,
                         help="the recogniser gives small numbers in words (its default; runs before 2026-11-30, "
                              "session 45: without)")
+    parser.add_argument("--capitalise-starts", action=argparse.BooleanOptionalAction, default=True,
+                        help="the recogniser gives a sentence's first word with a capital (its default; runs before "
+                             "2026-11-30, session 46: as Whisper wrote it)")
     parser.add_argument("--asr-beam", type=int, default=1, help="the recogniser's beam size (1: greedy)")
     parser.add_argument("--window-ms", type=int, default=10000,
                         help="decode a buffer up to this long in a window of this length (0: Whisper's 30 s)")
@@ -197,6 +200,7 @@ def main() -> int:
                             hold_ms=args.hold_ms, min_audio_ms=args.min_audio_ms, min_window_ms=args.min_window_ms,
                             agreement_cut_last=args.cut_last, later_step_ms=args.later_step_ms,
                             fast_words=args.fast_words, spell_numbers=args.spell_numbers,
+                            capitalise_starts=args.capitalise_starts,
                             **({} if args.lookback is None else {"agreement_lookback": args.lookback}),
                             pause_ms=args.pause_ms, beam_size=args.asr_beam)
     cascade = CascadeTranslator.load(args.model, asr=asr, dtype="auto", head_vocabulary=args.head_vocabulary)
@@ -268,6 +272,7 @@ def main() -> int:
     head = f", head vocabulary {args.head_vocabulary}" if args.head_vocabulary else ""
     later = f" ({args.later_step_ms} ms after {args.fast_words} words of a sentence)" if args.later_step_ms else ""
     later += "" if args.spell_numbers else ", numbers as written"
+    later += "" if args.capitalise_starts else ", sentence starts as written"
     print(f"\n{len(records)} lines; {cascade.name}, {cascade.dtype}{head}, {args.layout} wait-{args.k}, recogniser step "
           f"{args.step_ms} ms{later}, {agreement_label(asr)} (hold {args.hold_ms} ms, min audio "
           f"{args.min_audio_ms} ms), window {args.window_ms} ms (min {args.min_window_ms}), pause {args.pause_ms} ms, "

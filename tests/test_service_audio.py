@@ -18,6 +18,7 @@ from helpers import tiny_translator  # noqa: E402
 from simulmt.service.audio import _resampler  # noqa: E402
 from simulmt.text.segment import split_sentences  # noqa: E402
 from simulmt.speech.recognizer import RecognizerOptions  # noqa: E402
+from simulmt.speech.written_words import written_words  # noqa: E402
 from test_service import receive_all, running  # noqa: E402
 from test_speech_cascade import SCRIPT, FakeWhisper, spoken  # noqa: E402
 
@@ -61,7 +62,7 @@ def test_audio_frames_are_heard_and_translated_sentence_by_sentence():
 
 def test_a_pause_in_the_audio_ends_the_sentence_as_a_boundary_would():
     """2 s of silence after "riding" (no punctuation): with the recogniser's pause_ms the service ends the sentence
-    there; without it, the sentence runs on to the full stop."""
+    there (and the next word, "a", starts a sentence: "A"); without it, the sentence runs on to the full stop."""
     silence = np.zeros(32000, dtype="<i2").tobytes()
     data = pcm(SCRIPT[:4]) + silence + pcm(SCRIPT[4:])
     got = {}
@@ -72,10 +73,11 @@ def test_a_pause_in_the_audio_ends_the_sentence_as_a_boundary_would():
                     ws.send(data[start:start + 6400])
                 ws.send(json.dumps({"type": "end"}))
                 messages = receive_all(ws)
-        assert [m["text"] for m in messages if m["type"] == "heard"] == SCRIPT
+        after_pause = ["A", *SCRIPT[5:]] if pause_ms else SCRIPT[4:]  # (a sentence's first word: a capital)
+        assert [m["text"] for m in messages if m["type"] == "heard"] == SCRIPT[:4] + after_pause
         got[pause_ms] = [m["translation"] for m in messages if m["type"] == "sentence"]
     assert got[0] == expected_sentences(SCRIPT)
-    assert got[600] == expected_sentences(SCRIPT[:4]) + expected_sentences(SCRIPT[4:])
+    assert got[600] == expected_sentences(SCRIPT[:4]) + expected_sentences(["A", *SCRIPT[5:]])
 
 
 def test_eight_audio_clients_each_get_what_they_would_alone():
@@ -91,6 +93,7 @@ def test_eight_audio_clients_each_get_what_they_would_alone():
         for t in threads:
             t.join(timeout=120)
     for i, script in enumerate(scripts):
+        script = written_words(script)[0]  # (a talk that begins inside a sentence: "Riding a bike ...")
         assert [m["text"] for m in results[i] if m["type"] == "heard"] == script
         assert [m["translation"] for m in results[i] if m["type"] == "sentence"] == expected_sentences(script)
 

@@ -198,7 +198,7 @@ def test_agreement_replay_follows_the_later_step_over_two_sentences_with_digits(
             return [TimedWord({"Two": "2", "a": "1"}.get(w.text, w.text), w.start_ms, w.end_ms, w.ends_segment)
                     for w in super().transcribe(audio, prompt)]
 
-    from simulmt.speech.spoken_numbers import spoken_numbers
+    from simulmt.speech.written_words import written_words
 
     replay = load_benchmark("agreement_replay")
     audio = spoken(SCRIPT[:18])
@@ -215,7 +215,7 @@ def test_agreement_replay_follows_the_later_step_over_two_sentences_with_digits(
                  for w in live.push(audio[start:start + 16 * step_ms])] + live.finish()
         decoded: list[int] = []
         replayed = replay.confirm(line, replay.RULES[1], step_ms, 0, later_step_ms, 2, decoded)
-        assert spoken_numbers([w for w, _ in replayed])[0] == [w.text for w in words]
+        assert written_words([w for w, _ in replayed], spell_numbers=True)[0] == [w.text for w in words]
         assert [t for _, t in replayed] == [w.confirmed_ms for w in words] and len(decoded) == whisper.calls
     assert "Two" in [w.text for w in words] and "one" in [w.text for w in words]
 
@@ -326,7 +326,9 @@ def test_a_pause_makes_its_words_final_at_once_and_silence_is_not_transcribed():
         heard[pause_ms] = (out, pauses, calls_in_silence)
         assert recognizer.pause_count == len(pauses)
     (plain, no_pauses, plain_calls), (vad, pauses, vad_calls) = heard[0], heard[600]
-    assert [w.text for w in vad] == [w.text for w in plain] == SCRIPT and no_pauses == []
+    assert [w.text for w in plain] == SCRIPT and no_pauses == []
+    assert [w.text for w in vad] == SCRIPT[:4] + ["A"] + SCRIPT[5:8] + ["Park."] + SCRIPT[9:]  # (a pause ends a
+    # sentence: the next word starts one, with a capital)
     assert pauses == [4, 8]
     assert vad[3].confirmed_ms <= 2000 + 600 + 250 + 32 and vad[7].confirmed_ms <= 6000 + 600 + 250 + 32
     assert vad[3].confirmed_ms <= plain[3].confirmed_ms and vad[7].confirmed_ms <= plain[7].confirmed_ms
@@ -348,7 +350,7 @@ def test_with_later_step_ms_a_pause_is_still_heard_at_every_step():
         recognizer = StreamingRecognizer(whisper, options)
         words = [w for start in range(0, len(audio), 4000) for w in recognizer.push(audio[start:start + 4000])]
         heard[later], calls[later] = words + recognizer.finish(), whisper.calls
-    assert [w.text for w in heard[1500]] == [w.text for w in heard[0]] == SCRIPT
+    assert [w.text for w in heard[1500]] == [w.text for w in heard[0]] == SCRIPT[:7] + ["The"] + SCRIPT[8:]
     for later in (0, 1500):  # "in", the last word before the pause: final within the pause and a short step
         assert heard[later][6].confirmed_ms <= 3500 + 600 + 250 + 32
     assert heard[1500][2].confirmed_ms > heard[0][2].confirmed_ms and calls[1500] < calls[0]
@@ -391,7 +393,8 @@ def test_a_voice_pause_ends_the_sentence_before_the_next_word_live_and_batched(t
     live = tr.translate(audio, "expost", "wait-k", k=2)
     cut = [len(s) for s in split_sentences(SCRIPT, 64)]
     alone = [tr.translator.translate(" ".join(s), "expost", "wait-k", k=2).prediction
-             for s in [SCRIPT[:4], SCRIPT[4:cut[0]]] + split_sentences(SCRIPT[cut[0]:], 64)]
+             for s in [SCRIPT[:4], ["A", *SCRIPT[5:cut[0]]]] + split_sentences(SCRIPT[cut[0]:], 64)]  # (after the
+    # pause, a sentence: "A bike ...")
     assert live.prediction == " ".join(a for a in alone if a)
     first = len(alone[0].split())
     assert max(live.delays_ms[:first]) <= 2000 + 600 + 500 + 32  # written by the pause, not after the next word
@@ -493,6 +496,26 @@ def test_spell_numbers_gives_the_translator_small_numbers_in_words():
     assert heard(spell_numbers=False)[3:11] == ["riding", "1", "bike", "in", "the", "park.", "2", "children"]
     assert heard()[3:11] == ["riding", "one", "bike", "in", "the", "park.", "Two", "children"]  # (the default)
     assert heard(language="de")[9] == "2"  # (English words only)
+
+
+def test_a_sentence_begun_in_lower_case_reaches_the_translator_with_a_capital():
+    """``capitalise_starts`` (the default, any language): Whisper's "two children" after a full stop, and its
+    "a man" at the start, reach the translator as "Two", "A"; a word inside a sentence keeps its case; the agreement
+    still compares what Whisper wrote. Off, the words come as Whisper wrote them."""
+    class Lower(FakeWhisper):
+        def transcribe(self, audio, prompt=""):
+            return [TimedWord(w.text.lower() if w.text in ("A", "Two") else w.text, w.start_ms, w.end_ms,
+                              w.ends_segment) for w in super().transcribe(audio, prompt)]
+
+    def heard(**options):
+        opts = RecognizerOptions(step_ms=500, min_audio_ms=0, pause_ms=0, **options)
+        recognizer = StreamingRecognizer(Lower(opts), opts)
+        return [w.text for w in recognizer.push(spoken(SCRIPT[:12])) + recognizer.finish()]
+
+    assert heard(capitalise_starts=False)[:10] == ["a", "man", "is", "riding", "a", "bike", "in", "the", "park.",
+                                                   "two"]
+    assert heard()[:10] == ["A", "man", "is", "riding", "a", "bike", "in", "the", "park.", "Two"]
+    assert heard(language="de")[9] == "Two"  # (any language with case)
 
 
 def test_the_encoder_window_is_window_ms_or_a_second_past_the_buffer_with_min_window_ms():
@@ -649,7 +672,7 @@ def test_a_speech_runs_record_names_the_later_step_and_the_spelled_numbers(tmp_p
                                   asr_later_step_ms=later)
         label[later] = run_config(RunSpec("expost", "wait-k", 3), "m", options, test_set)["speech_model"]
     assert label[0] == "whisper tiny.en (step 500 ms, LocalAgreement-2, lookback 1, small numbers in words, " \
-        "pause 700 ms)"
+        "sentences begun with a capital, pause 700 ms)"
     assert label[1000] == label[0].replace("500 ms,", "500 ms, 1000 ms after a sentence's first words,")
 
 

@@ -25,8 +25,8 @@ since the last transcript, until a transcript begins the next sentence (a transl
 source's first words; the rest come later, with a quarter fewer transcripts: docs/speech-recogniser.md); every
 update still listens for a pause.
 
-Confirmed words reach the translator as a text writes them: with ``spell_numbers`` (English) Whisper's "2" is
-"two" (``spoken_numbers.py``).
+Confirmed words reach the translator as a text writes them (``written_words.py``): with ``spell_numbers``
+(English) Whisper's "2" is "two", with ``capitalise_starts`` a sentence's first word has a capital.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from simulmt.errors import SimulmtError
 from simulmt.core.sentence_ends import ends_sentence
 from simulmt.speech.align_att import AlignAtt
 from simulmt.speech.local_agreement import LocalAgreement, TimedWord
-from simulmt.speech.spoken_numbers import spoken_numbers
 from simulmt.speech.repetition import FALLBACK_PENALTY, collapse_loops, degenerate, repetitiveness
 from simulmt.speech.voice_activity import Silero, VoiceActivity
 from simulmt.speech.wav import RATE
+from simulmt.speech.written_words import written_words
 
 DEFAULT_PAUSE_MS = 700  # RecognizerOptions.pause_ms, and every tool's --asr-pause-ms (docs/speech-recogniser.md)
 POLICIES = ("local-agreement", "alignatt")  # RecognizerOptions.policy
@@ -83,6 +83,8 @@ class RecognizerOptions:
     threads: int = 0  # CTranslate2's CPU threads (0: its default)
     spell_numbers: bool = True  # English: a confirmed "2" is given as "two" ("Two" at a sentence's start), zero to
     # twelve, as a text writes them (spoken_numbers.py; other languages: as heard)
+    capitalise_starts: bool = True  # a confirmed word that starts a sentence is given with a capital (a transcript
+    # of a partial buffer begins "two teams ..." now and then: written_words.py)
     pause_ms: int = DEFAULT_PAUSE_MS  # silence after speech this long (silero VAD) is a pause: its words are final
     # at once, the buffer starts after it, and the sentence ends there; silence alone is not transcribed (0: no VAD)
 
@@ -373,7 +375,7 @@ class StreamingRecognizer:
     words_in_sentence: int = 0  # words confirmed since the last pause or sentence end (later_step_ms)
     next_sentence_begun: bool = False  # the newest transcript's words not confirmed yet begin the next sentence
     decoded_ms: float = 0.0  # the audio received at the last update that could transcribe (later_step_ms)
-    sentence_start: bool = True  # the next confirmed word starts a sentence (spell_numbers)
+    sentence_start: bool = True  # the next confirmed word starts a sentence (written_words)
 
     def __post_init__(self):
         self.agreement = (AlignAtt(margin_ms=self.options.margin_ms) if self.options.policy == "alignatt"
@@ -471,10 +473,10 @@ class StreamingRecognizer:
         return out
 
     def _written(self, texts: list[str]) -> list[str]:
-        """Confirmed words as the translator gets them (``spell_numbers``: English only)."""
-        if not (self.options.spell_numbers and self.options.language == "en"):
-            return texts
-        texts, self.sentence_start = spoken_numbers(texts, self.sentence_start)
+        """Confirmed words as the translator gets them (``spell_numbers``: English only; ``capitalise_starts``)."""
+        texts, self.sentence_start = written_words(
+            texts, self.sentence_start, spell_numbers=self.options.spell_numbers and self.options.language == "en",
+            capitalise_starts=self.options.capitalise_starts)
         return texts
 
     def _drop_silence(self) -> None:
