@@ -214,7 +214,7 @@ def main() -> None:
                      help="small numbers spelled out, as the recogniser gives them by default (spoken_numbers.py; "
                           "tables before 2026-11-30, session 45, are without)")
     rep.add_argument("--capitalise-starts", action=argparse.BooleanOptionalAction, default=True,
-                     help="a sentence's first word with a capital, as the recogniser gives it by default "
+                     help="a recording's first word with a capital, as the recogniser gives it by default "
                           "(written_words.py; tables before 2026-11-30, session 46, are without)")
     rep.add_argument("--model", default=None)
     rep.add_argument("--dtype", default="float16-packed")

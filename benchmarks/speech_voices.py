@@ -138,7 +138,7 @@ def main() -> int:
                         help="the recogniser gives small numbers in words (its default; runs before 2026-11-30, "
                              "session 45: without)")
     parser.add_argument("--capitalise-starts", action=argparse.BooleanOptionalAction, default=True,
-                        help="the recogniser gives a sentence's first word with a capital (its default; runs before "
+                        help="the recogniser gives a recording's first word (and the first after a pause) with a capital (its default; runs before "
                              "2026-11-30, session 46: as Whisper wrote it)")
     parser.add_argument("--asr-beam", type=int, default=1, help="the recogniser's beam size (1: greedy)")
     parser.add_argument("--window-ms", type=int, default=10000,

@@ -47,7 +47,7 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
         if RecognizerOptions().spell_numbers and language_code(options.source_lang) == "en":
             agreement += ", small numbers in words"  # (since 2026-11-30: runs before it gave the digits)
         if RecognizerOptions().capitalise_starts:
-            agreement += ", sentences begun with a capital"  # (since 2026-11-30, session 46)
+            agreement += ", first words with a capital"  # (since 2026-11-30, session 46)
     beam = f", beam {options.asr_beam}" if options.asr_beam > 1 else ""
     later = f", {options.asr_later_step_ms} ms after a sentence's first words" if options.asr_later_step_ms else ""
     return {"run": spec.name, "model": model, "adapter": options.adapter, "dtype": dtype or options.dtype,

@@ -26,7 +26,8 @@ source's first words; the rest come later, with a quarter fewer transcripts: doc
 update still listens for a pause.
 
 Confirmed words reach the translator as a text writes them (``written_words.py``): with ``spell_numbers``
-(English) Whisper's "2" is "two", with ``capitalise_starts`` a sentence's first word has a capital.
+(English) Whisper's "2" is "two", with ``capitalise_starts`` a recording's first word (and the first after a pause)
+has a capital.
 """
 
 from __future__ import annotations
@@ -83,8 +84,8 @@ class RecognizerOptions:
     threads: int = 0  # CTranslate2's CPU threads (0: its default)
     spell_numbers: bool = True  # English: a confirmed "2" is given as "two" ("Two" at a sentence's start), zero to
     # twelve, as a text writes them (spoken_numbers.py; other languages: as heard)
-    capitalise_starts: bool = True  # a confirmed word that starts a sentence is given with a capital (a transcript
-    # of a partial buffer begins "two teams ..." now and then: written_words.py)
+    capitalise_starts: bool = True  # a recording's first confirmed word, and the first after a pause, is given with
+    # a capital (a transcript of the first second begins "two teams ..." now and then: written_words.py)
     pause_ms: int = DEFAULT_PAUSE_MS  # silence after speech this long (silero VAD) is a pause: its words are final
     # at once, the buffer starts after it, and the sentence ends there; silence alone is not transcribed (0: no VAD)
 
@@ -375,7 +376,8 @@ class StreamingRecognizer:
     words_in_sentence: int = 0  # words confirmed since the last pause or sentence end (later_step_ms)
     next_sentence_begun: bool = False  # the newest transcript's words not confirmed yet begin the next sentence
     decoded_ms: float = 0.0  # the audio received at the last update that could transcribe (later_step_ms)
-    sentence_start: bool = True  # the next confirmed word starts a sentence (written_words)
+    last_heard: str | None = None  # the last confirmed word as Whisper wrote it (None: the next one starts a
+    # sentence, at the start and after a pause: written_words)
 
     def __post_init__(self):
         self.agreement = (AlignAtt(margin_ms=self.options.margin_ms) if self.options.policy == "alignatt"
@@ -468,14 +470,14 @@ class StreamingRecognizer:
         self._trim(final or paused)
         if paused:  # the next utterance is decoded on its own: a prompt of what came before the pause invites
             self.before_buffer = []  # Whisper to say it again (measured: loops of the last words on one voice)
-            self.sentence_start = True  # (the talk ends its sentence at a pause)
+            self.last_heard = None  # (the talk ends its sentence at a pause)
         self.seconds += time.perf_counter() - started
         return out
 
     def _written(self, texts: list[str]) -> list[str]:
         """Confirmed words as the translator gets them (``spell_numbers``: English only; ``capitalise_starts``)."""
-        texts, self.sentence_start = written_words(
-            texts, self.sentence_start, spell_numbers=self.options.spell_numbers and self.options.language == "en",
+        texts, self.last_heard = written_words(
+            texts, self.last_heard, spell_numbers=self.options.spell_numbers and self.options.language == "en",
             capitalise_starts=self.options.capitalise_starts)
         return texts
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 
-from simulmt.core.sentence_ends import ends_sentence
 
 NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
                 "sixteen seventeen eighteen nineteen twenty").split()
@@ -28,12 +27,3 @@ def spoken_number(word: str, sentence_start: bool) -> str:
     spelled = NUMBER_WORDS[int(match.group(1))]
     return (spelled.capitalize() if sentence_start else spelled) + match.group(2)
 
-
-def spoken_numbers(words: list[str], sentence_start: bool = True) -> tuple[list[str], bool]:
-    """Words in order with their small numbers spelled out (``sentence_start``: whether the first starts a
-    sentence), and whether the word after them starts one."""
-    out = []
-    for word in words:
-        out.append(spoken_number(word, sentence_start))
-        sentence_start = ends_sentence(out[-1], "X")
-    return out, sentence_start
