@@ -145,6 +145,8 @@ def main() -> int:
                         help="decode a buffer up to this long in a window of this length (0: Whisper's 30 s)")
     parser.add_argument("--asr-policy", default="local-agreement", help="local-agreement or alignatt")
     parser.add_argument("--margin-ms", type=int, default=500, help="AlignAtt's margin before the audio's end")
+    parser.add_argument("--window-padding", default="zeros",
+                        help="the recogniser's window after the audio: zeros (faster-whisper's) or silence (Whisper's)")
     parser.add_argument("--min-window-ms", type=int, default=0,
                         help="decode a short buffer in a window a second past it, at least this long (0: window-ms)")
     parser.add_argument("--min-audio-ms", type=int, default=1000,
@@ -197,6 +199,7 @@ def main() -> int:
 
     asr = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads,
                             window_ms=args.window_ms, policy=args.asr_policy, margin_ms=args.margin_ms,
+                            window_padding=args.window_padding,
                             hold_ms=args.hold_ms, min_audio_ms=args.min_audio_ms, min_window_ms=args.min_window_ms,
                             agreement_cut_last=args.cut_last, later_step_ms=args.later_step_ms,
                             fast_words=args.fast_words, spell_numbers=args.spell_numbers,
@@ -273,6 +276,7 @@ def main() -> int:
     later = f" ({args.later_step_ms} ms after {args.fast_words} words of a sentence)" if args.later_step_ms else ""
     later += "" if args.spell_numbers else ", numbers as written"
     later += "" if args.capitalise_starts else ", sentence starts as written"
+    later += ", silence after the audio in the window" if args.window_padding == "silence" else ""
     print(f"\n{len(records)} lines; {cascade.name}, {cascade.dtype}{head}, {args.layout} wait-{args.k}, recogniser step "
           f"{args.step_ms} ms{later}, {agreement_label(asr)} (hold {args.hold_ms} ms, min audio "
           f"{args.min_audio_ms} ms), window {args.window_ms} ms (min {args.min_window_ms}), pause {args.pause_ms} ms, "
