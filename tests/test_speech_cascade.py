@@ -520,22 +520,25 @@ def test_a_recording_begun_in_lower_case_reaches_the_translator_with_a_capital()
 
 
 def test_a_windows_silence_padding_is_whispers_log_mel_of_the_audio_padded_with_zeros():
-    """``window_padding="silence"``: the window is, to the bit, the scaled log-mel of the buffer followed by zeros
-    up to the window (Whisper's own padding), though only one STFT window of zeros is computed; "zeros" (the
-    default) leaves faster-whisper's 0 after the buffer's frames."""
+    """``window_padding="silence"``: the window is Whisper's scaled log-mel of the buffer followed by zeros up to the
+    window, though only one STFT window of zeros is computed, at speech level, for quiet audio (where the floor is
+    Whisper's -10 clip, not 8 below the loudest) and for digital silence; "zeros" (the default) leaves
+    faster-whisper's 0 after the buffer's frames. Both say the same number of frames hold the audio."""
     feature_extractor = pytest.importorskip("faster_whisper.feature_extractor").FeatureExtractor(feature_size=80)
     from simulmt.speech.recognizer import log_mel_window
 
     rng = np.random.default_rng(0)
     speech = (0.3 * np.sin(np.arange(40000) / 7.0) * rng.uniform(0.2, 1.0, 40000)).astype(np.float32)
-    for samples in (16000, 24321, 40000):
-        audio = speech[:samples]
-        whole = feature_extractor(np.pad(audio, (0, 16 * 10000 - samples)))[:, :1000]
-        window, content = log_mel_window(feature_extractor, audio, 1000, "silence")
-        assert window.shape == (80, 1000) and content == samples // 160 + 3 and np.array_equal(window, whole)
-        zeros, same = log_mel_window(feature_extractor, audio, 1000)
-        assert same == samples // 160 + 1 and not zeros[:, same:].any()
-        assert np.array_equal(zeros[:, :same - 2], window[:, :same - 2])  # (the buffer's frames, but its last)
+    for scale in (1.0, 1e-3, 0.0):
+        for samples in (16000, 16080, 24321, 40000):
+            audio = scale * speech[:samples]
+            whole = feature_extractor(np.pad(audio, (0, 16 * 10000 - samples)))[:, :1000]
+            window, content = log_mel_window(feature_extractor, audio, 1000, "silence")
+            assert window.shape == (80, 1000) and np.allclose(window, whole, rtol=0, atol=1e-6)
+            zeros, same = log_mel_window(feature_extractor, audio, 1000)
+            assert content == same == samples // 160 + 1 and not zeros[:, same:].any()
+            assert np.array_equal(zeros[:, :same - 2], window[:, :same - 2])  # (the buffer's frames, but its last)
+    assert abs(window.min() + 1.5) < 1e-6  # (digital silence: Whisper's floor)
     with pytest.raises(SimulmtError, match="unknown recogniser window_padding 'noise'"):
         RecognizerOptions(window_padding="noise")
 

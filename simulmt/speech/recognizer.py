@@ -83,8 +83,9 @@ class RecognizerOptions:
     window_ms: int = 10000  # a buffer up to this long is decoded in a window of this length (0: always 30 s)
     min_window_ms: int = 0  # else (not 0): in a window of whole seconds, a second past the buffer, at least this
     window_padding: str = "zeros"  # the window's frames after the audio: "zeros" (faster-whisper's padding) or
-    # "silence" (Whisper's own: the third word 150 ms sooner at p95, 0.26 BLEU lower on flite's voices;
-    # docs/speech-recogniser.md)
+    # "silence" (Whisper's log-mel of the audio padded with zeros: the third word 150 ms sooner at p95, 0.26 BLEU
+    # lower on flite's voices; docs/speech-recogniser.md); buffers decoded in the 30 s window (longer than
+    # window_ms, window_ms 0, or vad) go through faster-whisper's padding either way
     compute_type: str = "int8"  # CTranslate2's weights on a CPU ("float32", "int8", ...); "default" on a GPU
     beam_size: int = 1  # the decoder's beam (1: greedy)
     threads: int = 0  # CTranslate2's CPU threads (0: its default)
@@ -318,15 +319,17 @@ def encoder_window_ms(options: RecognizerOptions, audio_ms: float) -> int:
 
 def log_mel_window(feature_extractor, audio: np.ndarray, frames: int, padding: str = "zeros") -> tuple[np.ndarray, int]:
     """Whisper's scaled log-mel frames of ``audio`` in a window of ``frames`` (10 ms each), and how many of them
-    are the audio's. ``padding``: "zeros" fills the rest with 0 (faster-whisper's padding: in Whisper's scaling a
-    flat sound 4 decades below the loudest frame); "silence" with what Whisper's own code gives audio padded with
-    zeros (the floor, 8 decades below the loudest: 2 below it after the scaling; the buffer's last frames computed
-    with silence after it), the same frames to the bit."""
+    hold the audio. ``padding``: "zeros" fills the rest with 0 (faster-whisper's padding, and openai-whisper's
+    ``transcribe``: in Whisper's scaling a fixed level, log10 power -4, not silence); "silence" with what Whisper's
+    log-mel gives audio padded with zeros (as its training saw a short recording: the floor, log10 power 8 below
+    the loudest frame's and at least -10; the buffer's last frames computed with silence after it), the same
+    frames as Whisper's log-mel of the padded audio (tested)."""
     silence = padding == "silence"
     features = feature_extractor(np.pad(audio, (0, SILENT_TAIL)) if silence else audio)[:, :frames]
-    window = np.full((features.shape[0], frames), features.max() - 2.0 if silence else 0.0, dtype=np.float32)
+    floor = max(float(features.max()) - 2.0, -1.5) if features.size else -1.5  # ((max - 8 + 4) / 4, (-10 + 4) / 4)
+    window = np.full((features.shape[0], frames), floor if silence else 0.0, dtype=np.float32)
     window[:, :features.shape[1]] = features
-    return window, features.shape[1]
+    return window, min(frames, len(audio) // 160 + 1)
 
 
 _PUNCTUATION = set(".,!?;:\"'»«“”‘’…-—)(")
