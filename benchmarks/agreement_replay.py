@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speech_voices import CACHE, DATA, speak, word_end_times, words_of  # noqa: E402
+from speech_voices import CACHE, DATA, add_written_words_options, speak, word_end_times, words_of  # noqa: E402
 
 RULES = [{"lookback": 0}, {"lookback": 1}, {"lookback": 0, "cut_last": True}, {"lookback": 1, "cut_last": True}]
 
@@ -212,12 +212,7 @@ def main() -> None:
                      help="a longer step once --fast-words words are confirmed (0: every step --step-ms)")
     rep.add_argument("--fast-words", type=int, default=3)
     rep.add_argument("--default-rule", action="store_true", help="only the default rule (lookback 1)")
-    rep.add_argument("--spell-numbers", action=argparse.BooleanOptionalAction, default=True,
-                     help="small numbers spelled out, as the recogniser gives them by default (spoken_numbers.py; "
-                          "tables before 2026-11-30, session 45, are without)")
-    rep.add_argument("--capitalise-starts", action=argparse.BooleanOptionalAction, default=True,
-                     help="a recording's first word with a capital, as the recogniser gives it by default "
-                          "(written_words.py; tables before 2026-11-30, session 46, are without)")
+    add_written_words_options(rep)
     rep.add_argument("--model", default=None)
     rep.add_argument("--dtype", default="float16-packed")
     rep.add_argument("--head-vocabulary", default=None)

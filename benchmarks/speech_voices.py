@@ -115,6 +115,17 @@ def word_end_times(audio: np.ndarray, words: list[str]) -> list[float]:
     return [1000.0 * (start + (end - start) * s / sizes[-1]) / 16000 for s in sizes]
 
 
+
+def add_written_words_options(parser: argparse.ArgumentParser) -> None:
+    """How the recogniser's words reach the text model (written_words.py), as options of a speech benchmark."""
+    parser.add_argument("--spell-numbers", action=argparse.BooleanOptionalAction, default=True,
+                        help="small numbers in words, as the recogniser gives them by default (tables before "
+                             "2026-11-30, session 45: without)")
+    parser.add_argument("--capitalise-starts", action=argparse.BooleanOptionalAction, default=True,
+                        help="a recording's first word (and the first after a pause) with a capital, as the recogniser "
+                             "gives it by default (tables before 2026-11-30, session 46: as Whisper wrote it)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recordings", default=None,
@@ -134,12 +145,7 @@ def main() -> int:
     parser.add_argument("--later-step-ms", type=int, default=0,
                         help="the recogniser's step once --fast-words words of a sentence are confirmed (0: off)")
     parser.add_argument("--fast-words", type=int, default=3)
-    parser.add_argument("--spell-numbers", action=argparse.BooleanOptionalAction, default=True,
-                        help="the recogniser gives small numbers in words (its default; runs before 2026-11-30, "
-                             "session 45: without)")
-    parser.add_argument("--capitalise-starts", action=argparse.BooleanOptionalAction, default=True,
-                        help="the recogniser gives a recording's first word (and the first after a pause) with a capital (its default; runs before "
-                             "2026-11-30, session 46: as Whisper wrote it)")
+    add_written_words_options(parser)
     parser.add_argument("--asr-beam", type=int, default=1, help="the recogniser's beam size (1: greedy)")
     parser.add_argument("--window-ms", type=int, default=10000,
                         help="decode a buffer up to this long in a window of this length (0: Whisper's 30 s)")

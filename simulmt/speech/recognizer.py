@@ -329,7 +329,7 @@ def log_mel_window(feature_extractor, audio: np.ndarray, frames: int, padding: s
     floor = max(float(features.max()) - 2.0, -1.5) if features.size else -1.5  # ((max - 8 + 4) / 4, (-10 + 4) / 4)
     window = np.full((features.shape[0], frames), floor if silence else 0.0, dtype=np.float32)
     window[:, :features.shape[1]] = features
-    return window, min(frames, len(audio) // 160 + 1)
+    return window, min(frames, len(audio) // feature_extractor.hop_length + 1)
 
 
 _PUNCTUATION = set(".,!?;:\"'»«“”‘’…-—)(")
