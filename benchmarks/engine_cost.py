@@ -39,11 +39,13 @@ TARGET = ("Ein Mann in einem blauen Hemd steht auf einer Leiter und putzt Fenste
 
 class FreeForward:
     """``forward_packed`` that computes nothing: the logits of query ``q`` peak on the scripted token at its
-    position (and on a second choice), over a fixed random table; no hidden states."""
+    position (and on a second choice), over a fixed random table; the features (when asked: a learned policy) are
+    rows of a fixed random table by position, so that its head's decisions vary along a sentence."""
 
-    def __init__(self, vocab: int, script: list[int]):
+    def __init__(self, vocab: int, script: list[int], hidden: int = 8):
         g = torch.Generator().manual_seed(0)
         self.base = torch.randn(vocab, generator=g)
+        self.features = torch.randn(4096, hidden, generator=g)
         self.script = script
         self.seconds = 0.0
 
@@ -57,13 +59,16 @@ class FreeForward:
         second = torch.tensor([self.script[(p + 7) % len(self.script)] for p in at])
         logits[rows, second] = 15.0
         logits[rows, first] = 20.0
+        features = self.features[at] if wants.features or wants.decisions is not None else None
         head_rows = wants.head_rows
-        if wants.decisions is not None:  # a learned policy's conditional rows (on zero features)
-            head_rows = wants.decisions.head_rows(torch.zeros(n, 1))
+        if wants.decisions is not None:  # a learned policy's conditional rows (decided on those features)
+            self.seconds += time.perf_counter() - start  # (the policy's decisions are the engine's work)
+            head_rows = wants.decisions.head_rows(features)
+            start = time.perf_counter()
         if head_rows is not None:
             logits = logits[head_rows]
         self.seconds += time.perf_counter() - start
-        return PackedAnswer(logits, None, head_rows)
+        return PackedAnswer(logits, features if wants.features else None, head_rows)
 
 
 def script_tokens(tokenizer, end_id: int) -> list[int]:
@@ -72,9 +77,10 @@ def script_tokens(tokenizer, end_id: int) -> list[int]:
     return ids + [end_id] + ids[: len(ids) // 2] + [end_id]
 
 
-def translator_for(model_dir: str | None):
+def translator_for(model_dir: str | None, markers: bool = False):
     import transformers
 
+    from simulmt.core.learned_policy import PolicyHead
     from simulmt.translator import Translator
 
     if model_dir:
@@ -87,21 +93,30 @@ def translator_for(model_dir: str | None):
         from tiny_models import make_tokenizer
 
         tok = make_tokenizer(chat=True)
+        if markers:  # the interleaved layout's marker tokens (the shared tokenizer of the tests must not get them)
+            import copy
+
+            from simulmt.core.markers import MARKERS
+
+            tok = copy.deepcopy(tok)
+            tok.add_special_tokens({"extra_special_tokens": list(MARKERS)}, replace_extra_special_tokens=False)
         vocab = len(tok)
     config = transformers.Gemma3TextConfig(vocab_size=vocab, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
                                            num_attention_heads=1, num_key_value_heads=1, head_dim=8,
                                            max_position_embeddings=4096, layer_types=["full_attention"])
-    tr = Translator(transformers.Gemma3ForCausalLM(config).eval(), tok, name="free-forward")
+    g = torch.Generator().manual_seed(1)  # a learned policy's head: p(WRITE) of the free forward's features
+    head = PolicyHead(torch.randn(2, config.hidden_size, generator=g), torch.tensor([0.0, 0.5]))
+    tr = Translator(transformers.Gemma3ForCausalLM(config).eval(), tok, name="free-forward", policy_head=head)
     free = FreeForward(tr.runner.compute.vocab, script_tokens(tok, tr.fmt.end_id))
     tr.runner.forward_packed = free
     return tr, free
 
 
-def run(tr, free, streams: int, sentences: int, layout: str, policy: str, k: int) -> dict:
+def run(tr, free, streams: int, sentences: int, layout: str, policy: str, k: int, tau: float = 0.5) -> dict:
     from simulmt.core.engine import Engine, run_batched
 
     def make(i: int):
-        s = tr.new_stream(layout, policy, k=k)
+        s = tr.new_stream(layout, policy, k=k, tau=tau)
         s.push(SOURCE[: 12 + i % 17], finished=True)
         return s
 
@@ -134,7 +149,8 @@ def main() -> None:
     parser.add_argument("--model", default=str(Path.home() / ".cache/simulmt/models/gemma-3-270m"),
                         help="tokenizer and vocabulary of this model ('tiny': the tests' tokenizer)")
     parser.add_argument("--layout", default="expost")
-    parser.add_argument("--policy", default="wait-k")
+    parser.add_argument("--policy", default="wait-k", help="wait-k, read-n, offline or learned (a random head on "
+                        "the free forward's features; with --layout interleaved, as EASiST)")
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--rounds-per-size", type=int, default=2, help="sentences = this x streams (at least 8)")
     parser.add_argument("--threads", type=int, default=1)
@@ -150,7 +166,7 @@ def main() -> None:
 
         tune_collector()
     torch.set_num_threads(args.threads)
-    tr, free = translator_for(None if args.model == "tiny" else args.model)
+    tr, free = translator_for(None if args.model == "tiny" else args.model, markers=args.layout == "interleaved")
     if args.moved_guesses:
         from dataclasses import replace
 
