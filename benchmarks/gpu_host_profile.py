@@ -24,6 +24,11 @@ times.
 
     python benchmarks/gpu_host_profile.py ASSETS [--shapes gemma-3-270m,gemma-3-4b] [--streams 16,64] [--waves 2]
                                           [--profile 64] [--ceiling-rows 128,256] [--out DIR] [--forced FILE]
+                                          [--policy learned]
+
+``--policy learned``: a random policy head decides (expost), so the round includes what a learned policy costs the
+host: its p(WRITE) is computed for every row of a forward at once (head_scores.py), one product and one copy to the
+host a forward; before 2026-12-07 it was one of each per stream and decision (the "to host" column shows the copies).
 
 ASSETS: as benchmarks/gpu_check.sh's (config and tokenizer of the converted gemma-3-270m, src.en). On a CPU the
 same run works on the ``tiny`` shape (a dry run: no events, no graphs).
@@ -268,6 +273,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("assets")
     p.add_argument("--shapes", default="gemma-3-270m,gemma-3-4b")
+    p.add_argument("--policy", choices=("wait-k", "learned"), default="wait-k",
+                   help="learned: a random policy head on the last hidden state, tau 0.5 (its p(WRITE) for every row "
+                        "of a forward at once: head_scores.py)")
     p.add_argument("--streams", default="16,64")
     p.add_argument("--waves", type=int, default=2, help="sentences = this x streams (the tail, when streams "
                    "finish and no sentence is left, weighs less the more waves)")
@@ -301,7 +309,7 @@ def main() -> None:
                              f"({len(targets)} lines for {len(sources)})")
         targets = [t for s, t in zip(sources, targets) if s]
     lines = [s for s in sources if s]
-    kwargs = dict(layout="expost", policy="wait-k", k=3)
+    kwargs = dict(layout="expost", policy=a.policy, k=3)
     profile_at = {int(s) for s in a.profile.split(",") if s}
     table = []
     for shape in a.shapes.split(","):
@@ -309,7 +317,14 @@ def main() -> None:
         model = build(tok_dir, shape)
         print(f"\n== {shape}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B params, built in "
               f"{time.perf_counter() - t:.1f} s", flush=True)
-        tr = Translator(model, tokenizer, source_lang="en", target_lang="de")
+        head = None
+        if a.policy == "learned":
+            from simulmt.core.learned_policy import PolicyHead
+
+            g = torch.Generator().manual_seed(0)
+            hidden = model.config.get_text_config().hidden_size
+            head = PolicyHead(torch.randn(2, hidden, generator=g) / hidden ** 0.5, torch.tensor([0.0, 0.5]))
+        tr = Translator(model, tokenizer, source_lang="en", target_lang="de", policy_head=head)
         for streams in (int(s) for s in a.streams.split(",")):
             sents = (lines * a.waves)[: a.waves * streams]  # each stream translates ``waves`` sentences
             forced = None if targets is None else forced_targets(

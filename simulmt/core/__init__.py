@@ -16,6 +16,7 @@ Read it bottom up, each file one concept:
 * ``samplers``: greedy, seeded sampling, forced; each returns a token and its log-probability;
 * ``stream_options``: a stream's layout, policy and their parameters, typed and checked once;
 * ``best_tokens``, ``decoding``: every row's best allowed token at once; the decoding rules and their tables;
+* ``head_scores``: every row's policy-head p(WRITE) at once (a learned policy's decisions, one product a forward);
 * ``translation``, ``requests``: what a stream produces; what it asks of the engine and gets back;
 * ``stream`` (+ ``stream_source``, its source side; ``proposals``, its proposal under the decoding rules;
   ``guesses``, its speculation): one sentence decoded while its source arrives, model-free (it says what it

@@ -22,3 +22,5 @@ class StreamState:
     model_ended_segment: bool = False  # the model proposed an end token before the source finished
     features: Any = None  # last hidden state of the last token fed (for policies with ``wants_features = True``)
     source_waiting: int = 0  # units that arrived together with the last one read and are not read yet
+    score: float | None = None  # the policy head's p(WRITE) of ``features``, as the engine computed it for every row
+    # of a forward at once (head_scores.py); None: not computed (a policy with a head computes it from ``features``)

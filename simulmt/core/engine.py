@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from simulmt.core.batch_cache import BatchKVCache
+from simulmt.core.head_scores import HeadScores
 from simulmt.core.head_vocabulary import read_source_ids
 from simulmt.core.packed_forward import PackedQueries, Wants
 from simulmt.core.prompt_cache import PromptCache, SharedPrompt, prompt_key
@@ -97,6 +98,8 @@ class Served:
     hidden: torch.Tensor | None  # the features of every answer, when some stream wants them
     to_store: list[tuple[int, tuple, int]]  # (row, prompt key, length): prompts to keep after the forward
     layer: int | None  # the policy head's layer the features come from (None: the last hidden state)
+    scores: HeadScores | None  # the policy heads' p(WRITE) of the answers' features, for every row at once when
+    # first asked (head_scores.py); None: no stream in the forward has a head and features of its own
 
 
 @dataclass
@@ -203,7 +206,7 @@ class Engine:
                 flops += self.runner.compute.flops(shared, shared * (shared + 1) // 2, 0)
             own = hidden is not None and stream.features_layer == done.layer  # (another layer's are not its own)
             stream.receive(logits if got else None, flops, hidden if own else None, served=request, best=best[i],
-                           first=(logit_rows, answer))
+                           first=(logit_rows, answer), scores=done.scores if own else None)
             logit_rows += answers * got
             answer += answers
         self._count(done.rows, done.counts, done.shared)
@@ -245,7 +248,8 @@ class Engine:
             self.cache.crop(row, request.keep)
             flops = self.runner.compute.flops(n, done.pairs[i], 0,
                                               layers=done.layer + 1)
-            stream.receive(None, flops, done.hidden, served=request, stopped=True, first=(0, answer))
+            stream.receive(None, flops, done.hidden, served=request, stopped=True, first=(0, answer),
+                           scores=done.scores)
             answer += done.answered[i]
         self._count(done.rows, done.counts, [0] * len(done.rows))
         self.stats.stopped += 1
@@ -311,6 +315,10 @@ class Engine:
             raise SimulmtError(f"streams whose policy heads read different layers ({sorted(layers, key=str)}) cannot "
                                f"share an engine: run them in engines of their own")
         layer = next(iter(layers), None)  # the features are that layer's output (None: the last hidden state)
+        heads = [getattr(s.policy, "head", None) if features and s.features_layer == layer else None
+                 for s, _ in requests]  # whose p(WRITE) each request's answers want: those of every stream that gets
+        # features of its own (``serve``): a stream may decide on any answer at its list's last token (expost's
+        # decisions after the target is open come from a proposal's forward), and one product costs what a row does
         first = list(accumulate(answered[:-1], initial=0))  # each request's first answer
         # A READ may end the forward at the head's layer when every request decides there, and none computes the
         # prompt (it would be computed again; a prompt copied from the prompt cache is copied again)
@@ -318,7 +326,8 @@ class Engine:
                                              for (_, r), n in zip(requests, shared))
         conditional = any(r.logits and r.logits_if is not None for _, r in requests)
         got = [r.logits for _, r in requests]  # which requests get logits (a ``logits_if`` may say no: no LM head)
-        decisions = RequestDecisions(requests, first, answered, may_stop) if conditional or may_stop else None
+        scores = HeadScores(heads, answered) if any(h is not None for h in heads) else None
+        decisions = RequestDecisions(requests, first, answered, may_stop, scores) if conditional or may_stop else None
         embedded = [s.embedding_of(t.token_id) for (s, _), f in zip(requests, fed) for t in f if t.token_id < 0]
         extras = None
         if self.runner.shortlist is not None:  # each answered query's source tokens read (head_vocabulary.py)
@@ -331,9 +340,11 @@ class Engine:
         logits, hidden, head_rows = self.runner.forward_packed(queries, self.cache, wants)
         if decisions is not None and head_rows is not None:
             got = head_rows[torch.tensor(first)].tolist()
+        if scores is not None and hidden is not None:
+            scores.of(hidden)  # (the features the decisions asked on, when the forward returns them: computed once)
         per_query = np.concatenate([[0], np.cumsum(visible.numpy().sum(axis=1))])  # visible keys (FLOPs)
         pairs = (per_query[request_ends] - per_query[np.array(request_ends) - counts]).tolist()  # per request
-        return Served(requests, rows, shared, counts, pairs, answered, got, logits, hidden, to_store, layer)
+        return Served(requests, rows, shared, counts, pairs, answered, got, logits, hidden, to_store, layer, scores)
 
     @staticmethod
     def _target_before(requests, shared: list[int], counts: list[int]) -> np.ndarray | None:

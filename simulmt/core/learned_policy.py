@@ -2,7 +2,8 @@
 
 After each source unit is read, the stream feeds it and hands the policy the last hidden state of the last token
 fed (the unit's last token). The head turns it into p(WRITE) = softmax(W h + b)[1]; the policy writes when
-p >= ``tau``. Once it writes, the model writes a chunk until it ends it itself (the interleaved layout's
+p >= ``tau``. In an engine, p(WRITE) comes computed for every row of the forward at once (``StreamState.score``:
+head_scores.py); the policy computes it itself only when handed the hidden state alone. Once it writes, the model writes a chunk until it ends it itself (the interleaved layout's
 end-of-write token, or any end token), then the policy reads again. Sweeping ``tau`` from low to high moves along
 the latency-quality curve: a low threshold writes early, a high one waits.
 
@@ -112,6 +113,8 @@ class Learned:
             return Action.READ
         if self.head is None:
             raise SimulmtError(NO_HEAD)
+        if state.score is not None:  # the engine's, for every row of the forward at once (head_scores.py)
+            return Action.WRITE if state.score >= self.tau else Action.READ
         if state.features is None:
             raise SimulmtError("the learned policy was asked to decide without the model's hidden state")
         return Action.WRITE if float(self.head.p_write(state.features)) >= self.tau else Action.READ

@@ -19,7 +19,9 @@ class Policy(Protocol):
     name: str
     lets_model_end_segment: bool  # may the model end a segment (propose an end token) before the source ends?
     # a policy may also set ``wants_features = True`` and have ``consults_head(state) -> bool``: where that says
-    # yes, the stream feeds what was read before asking, and ``state.features`` is the last token's hidden state.
+    # yes, the stream feeds what was read before asking, and ``state.features`` is the last token's hidden state
+    # (with a ``head`` that has ``p_write``, the engine also gives ``state.score``, the head's p(WRITE) of it, computed
+    # for every row of a forward at once: head_scores.py).
     # ``decide`` must be a pure function of the state: it may be asked more than once at the same point (the engine
     # asks a learned policy whether it writes before the stream does, to skip the LM head when it reads)
 

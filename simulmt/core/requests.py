@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import torch
 
+from simulmt.core.head_scores import HeadScores
 from simulmt.core.placed import PlacedToken
 from simulmt.core.translation import WrittenWord
 
@@ -23,6 +24,12 @@ class Answer(NamedTuple):
     all_features: torch.Tensor | None  # the forward's hidden states (None: not asked for)
     feature_row: int
     best: tuple[int, int] | None  # ``Vocabulary.best`` of its logits, when the engine found it
+    scores: HeadScores | None = None  # the forward's policy-head scores (head_scores.py: for every row at once)
+
+    @property
+    def score(self) -> float | None:
+        """Its stream's policy head's p(WRITE) of its features (None: none computed)."""
+        return None if self.scores is None else self.scores.at(self.feature_row)
 
     @property
     def logits(self) -> torch.Tensor | None:
@@ -65,14 +72,16 @@ class ForwardRequest:
     # move down by one): a guess that re-placed it is the layout's now (``replaces``)
     replaces: int | None = None  # the guess re-places the cached token at this index after what it places (a
     # read moves the list's last token there: expost's deferral): the guessed tokens do not see that token
-    logits_if: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the hidden state
-    # of the list's last token: are the logits wanted? (a learned policy that reads on needs none: no LM head)
+    logits_if: Callable[[torch.Tensor, float | None], bool] | None = field(default=None, compare=False)  # given
+    # the hidden state of the list's last token and its policy head's score (``StreamState.score``; None without a
+    # head): are the logits wanted? (a learned policy that reads on needs none: no LM head)
     decides: bool = False  # the list's last token is a decision point: its features are wanted (at the policy
     # head's layer, ``Stream.features_layer``); a forward without one gives no features to a stream whose head
     # reads an inner layer, and computes no such layer apart
-    reads_on: Callable[[torch.Tensor], bool] | None = field(default=None, compare=False)  # given the features at
-    # the list's last token (a policy head's inner layer): does the policy read on? Then the forward may stop at
-    # that layer, and the tokens are fed again, whole, in the next forward (``Stream.receive(stopped=True)``)
+    reads_on: Callable[[torch.Tensor, float | None], bool] | None = field(default=None, compare=False)  # given
+    # the features at the list's last token (a policy head's inner layer) and their score, as ``logits_if``: does
+    # the policy read on? Then the forward may stop at that layer, and the tokens are fed again, whole, in the next
+    # forward (``Stream.receive(stopped=True)``)
 
     @property
     def guess_answers(self) -> int:
@@ -100,16 +109,24 @@ class Step:  # (a value, made per stream and round: not frozen, for its __init__
 
 class RequestDecisions:
     """The ``logits_if`` / ``reads_on`` rules of a forward's requests, asked by the forward on the features of each
-    request's first answer (packed_forward.py's ``Decisions``); ``requests``: (stream, request) in row order."""
+    request's first answer (packed_forward.py's ``Decisions``); ``requests``: (stream, request) in row order;
+    ``scores``: the forward's policy-head scores (head_scores.py), asked of the features the rules are asked on (for
+    every row at once: one product and one copy to the host, not one per stream); the engine hands the same scores
+    to the streams after the forward."""
 
-    def __init__(self, requests, first: list[int], answered: list[int], may_stop: bool):
+    def __init__(self, requests, first: list[int], answered: list[int], may_stop: bool,
+                 scores: HeadScores | None = None):
         self.requests, self.first, self.answered, self.may_stop = requests, first, answered, may_stop
+        self.scores = scores if scores is not None else HeadScores([None] * len(requests), answered)
 
     def all_read_on(self, features: torch.Tensor) -> bool:
-        return self.may_stop and all(r.reads_on(features[i]) for (_, r), i in zip(self.requests, self.first))
+        scores = self.scores.of(features)
+        return self.may_stop and all(r.reads_on(features[i], scores.at(i)) for (_, r), i in zip(self.requests,
+                                                                                                self.first))
 
     def head_rows(self, features: torch.Tensor) -> torch.Tensor | None:
-        got = [r.logits and (r.logits_if is None or r.logits_if(features[i]))
+        scores = self.scores.of(features)
+        got = [r.logits and (r.logits_if is None or r.logits_if(features[i], scores.at(i)))
                for (_, r), i in zip(self.requests, self.first)]
         if all(got):  # every answered query gets the head: no rows to pick
             return None

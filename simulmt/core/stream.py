@@ -91,8 +91,9 @@ class Stream(Source, Proposals, Guesses, Answers):
         """The state of a sentence about to start, after the prompt ``fmt.prompt`` (a talk starts each of its
         sentences this way, with its context in the prompt: talk.py)."""
         self.fmt = fmt
-        self.stopped_at: tuple[int, tuple[PlacedToken, ...], torch.Tensor] | None = None  # (keep, tokens, features)
-        # of the last forward if it stopped at ``features_layer``: the cache row does not hold ``tokens``
+        self.stopped_at: tuple[int, tuple[PlacedToken, ...], torch.Tensor, float | None] | None = None  # (keep,
+        # tokens, features, their score) of the last forward if it stopped at ``features_layer``: the cache row does
+        # not hold ``tokens``
         self.state = self.layout.start(fmt)
         self.read_ms: list[float] = []  # per source unit read: ms since the start (the clock of its read)
         self.fed: list[PlacedToken] = []  # what the stream's cache row holds, in order (a guess may end it)
@@ -207,7 +208,7 @@ class Stream(Source, Proposals, Guesses, Answers):
         fed) the answer stands, even for a learned policy whose features are now the opener's. None: the policy
         needs the hidden state of what was read, and a forward was requested."""
         state = self.stream_state()
-        point = state if state.features is None else replace(state, features=None)
+        point = state if state.features is None else replace(state, features=None, score=None)
         if self._decision is not None and self._decision[0] == point:
             return self._decision[1]
         consults = getattr(self.policy, "consults_head", None)  # without it: the features, if they are at hand
@@ -267,15 +268,16 @@ class Stream(Source, Proposals, Guesses, Answers):
             guesses, alternatives = self._opening_guess() if self.execution.speculate else ((), ())
             state = self.stream_state()
 
-            def writes(hidden: torch.Tensor) -> bool:  # asked by the engine, inside a forward shared with others
+            def writes(hidden: torch.Tensor, score: float | None) -> bool:  # asked by the engine, inside a forward
+                # shared with others (``score``: the policy head's p(WRITE) of ``hidden``, for every row at once)
                 try:
-                    return self.policy.decide(replace(state, features=hidden)) is Action.WRITE
+                    return self.policy.decide(replace(state, features=hidden, score=score)) is Action.WRITE
                 except Exception:  # (this stream's own step raises it again, failing this stream alone)
                     return True
             self.pending = replace(self.pending, tokens=self.pending.tokens + guesses + alternatives,
                                    speculative=len(guesses), alternatives=len(alternatives), logits=bool(guesses),
                                    logits_if=writes if guesses else None,
-                                   decides=True, reads_on=(lambda hidden: not writes(hidden))
+                                   decides=True, reads_on=(lambda hidden, score: not writes(hidden, score))
                                    if self.features_layer is not None and self.execution.stop_at_head else None)
         return self.pending is None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from simulmt.core.head_scores import HeadScores
 from simulmt.core.placed import common_prefix_length
 from simulmt.core.requests import Answer, ForwardRequest
 from simulmt.errors import SimulmtError
@@ -19,15 +20,19 @@ class Answers:
     @property
     def features(self) -> torch.Tensor | None:
         """The last hidden state of the layout's last placed token, if the last forward returned it."""
+        return self.features_and_score()[0]
+
+    def features_and_score(self) -> tuple[torch.Tensor | None, float | None]:
+        """``features``, and the policy head's p(WRITE) of them when the engine computed it (None: not computed)."""
         output = self._output()
         if output is not None:
-            return output.features
+            return output.features, output.score
         if self.stopped_at is not None:  # the decision's features, if the layout's list is still what was fed
-            keep, tokens, hidden = self.stopped_at
+            keep, tokens, hidden, score = self.stopped_at
             placed = self.state.tokens
             if len(placed) == keep + len(tokens) and tuple(placed[keep:]) == tokens and placed[:keep] == self.fed:
-                return hidden
-        return None
+                return hidden, score
+        return None, None
 
     def _output(self, kept: int | None = None) -> Answer | None:
         """The model's answer (logits, hidden state) at the layout's last placed token, if the cache row holds the
@@ -45,7 +50,8 @@ class Answers:
 
     def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None,
                 served: ForwardRequest | None = None, stopped: bool = False,
-                best: list[tuple[int, int]] | None = None, first: tuple[int, int] = (0, 0)) -> None:
+                best: list[tuple[int, int]] | None = None, first: tuple[int, int] = (0, 0),
+                scores: HeadScores | None = None) -> None:
         """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
         if any were fed). ``logits``: its ``request.answered`` rows from row ``first[0]`` on (the
         forward's whole tensor: a row is taken out only when the stream uses its answer), None when the request
@@ -55,7 +61,8 @@ class Answers:
         forward stopped at the policy head's layer (the request's ``reads_on`` said so): the cache row holds the
         first ``keep`` tokens only, and ``features`` has the decision's row; the tokens are fed again, whole, with
         the next request. ``best``: per answer, ``Vocabulary.best`` of its logits, when the engine computed them
-        (for all rows of the forward at once)."""
+        (for all rows of the forward at once); ``scores``: the forward's policy-head scores of the features, likewise
+        (head_scores.py: computed for every row when first asked)."""
         request, self.pending = self.pending, None
         if request is None:
             raise SimulmtError("receive() without a pending forward request")
@@ -75,7 +82,8 @@ class Answers:
             self.fed = self.fed[: request.keep]
             self.guessed = self.alternates = 0
             self.outputs, self.alternate_outputs, self.guessed_answers = {}, {}, set()
-            self.stopped_at = (request.keep, tuple(listed), features[first[1]])
+            self.stopped_at = (request.keep, tuple(listed), features[first[1]],
+                               None if scores is None else scores.at(first[1]))
             self.tokens_fed += len(request.tokens)
             self.refed_tokens += len(listed)  # (they come again in the next forward)
             self.forward_calls += 1
@@ -84,8 +92,8 @@ class Answers:
             return
         self.fed = self.fed[: request.keep] + list(request.tokens)
         self.guessed, self.alternates = request.speculative + request.alternatives, request.alternatives
-        answers = [Answer(logits, first[0] + i, features, first[1] + i, None if best is None else best[i])
-                   for i in range(request.answered)]
+        answers = [Answer(logits, first[0] + i, features, first[1] + i, None if best is None else best[i],
+                          scores) for i in range(request.answered)]
         chain = len(self.fed) - request.alternatives  # tokens up to the last guess, in cache order
         guessed = request.guess_answers  # the guessed tokens answered: each, or the last alone
         self.outputs = {chain - request.speculative: answers[0]}

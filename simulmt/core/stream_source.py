@@ -89,5 +89,6 @@ class Source:
         read = self.state.units_read
         # units that came with the last one read and wait to be read (arrivals never decrease: a run after ``read``)
         waiting = bisect_right(self.arrivals, self.arrivals[read - 1], lo=read) - read if read else 0
+        features, score = self.features_and_score() if self.wants_features else (None, None)
         return StreamState(read, self.source_finished, len(self.written), self.segment_reads, self.segment_words,
-                           self.model_ended_segment, self.features if self.wants_features else None, waiting)
+                           self.model_ended_segment, features, waiting, score)
