@@ -28,7 +28,9 @@ times.
 
 ``--policy learned``: a random policy head decides (expost), so the round includes what a learned policy costs the
 host: its p(WRITE) is computed for every row of a forward at once (head_scores.py), one product and one copy to the
-host a forward; before 2026-12-07 it was one of each per stream and decision (the "to host" column shows the copies).
+host a forward; before 2026-12-07 it was one of each per stream and decision ("policy head calls/forward" counts the
+products, each a copy of hidden states to the host that waits for the device; "to host" counts ``tolist``/``item``/
+``cpu`` calls only).
 
 ASSETS: as benchmarks/gpu_check.sh's (config and tokenizer of the converted gemma-3-270m, src.en). On a CPU the
 same run works on the ``tiny`` shape (a dry run: no events, no graphs).
@@ -177,6 +179,10 @@ def parts(tr, sents, streams: int, kwargs: dict, forced: list | None = None) -> 
     clock.wrap(runner, "head", "head")
     for name in ("tolist", "item", "cpu"):
         clock.wrap(torch.Tensor, name, "to host")
+    from simulmt.core.learned_policy import PolicyHead
+
+    clock.wrap(PolicyHead, "p_write", "policy head")  # (each call copies its rows' hidden states to the head's device,
+    # the host's, and reads the result there: ``float()``/``.to()``, which "to host" does not count)
     recorded = runner.static.recorded if runner.static is not None else 0
     try:
         made, stats, sec = run_once(tr, sents, streams, kwargs, forced)
@@ -187,6 +193,7 @@ def parts(tr, sents, streams: int, kwargs: dict, forced: list | None = None) -> 
     row = {label: round(s * 1000 / forwards, 3) for label, s in clock.seconds.items()}
     row["graphs recorded"] = (runner.static.recorded if runner.static is not None else 0) - recorded
     row["to host calls/forward"] = round(clock.calls["to host"] / forwards, 1)
+    row["policy head calls/forward"] = round(clock.calls["policy head"] / forwards, 2)
     if gpu_ms:
         row["gpu"] = round(sum(a.elapsed_time(b) for a, b, *_ in gpu_ms) / forwards, 3)
         shapes = defaultdict(list)  # (queries' bucket, keys, store slots) -> GPU ms of each forward
@@ -362,7 +369,7 @@ def main() -> None:
         if CUDA:
             torch.cuda.empty_cache()
     keys = ["shape", "streams", "tok_s", "tok_s_full", "engine/ceiling", "full/ceiling", "wall", "round", "forward", "fill", "replay", "head", "to host",
-            "to host calls/forward", "gpu", "ceiling_ms", "graphs recorded", "tokens_per_forward",
+            "to host calls/forward", "policy head calls/forward", "gpu", "ceiling_ms", "graphs recorded", "tokens_per_forward",
             "tokens_per_full_round", "queries_per_forward"]
     print("\n" + " | ".join(keys))
     for r in table:
