@@ -66,22 +66,35 @@ def _run(tr, layout, policy, batch_size: int):
     return [(s.result().prediction, s.result().delays, s.result().tokens_fed) for s in streams], engine
 
 
-@pytest.mark.parametrize("layout", [Interleaved(), Expost(slot=16)])
-def test_one_head_product_per_forward_and_the_same_decisions_as_stream_by_stream(layout, monkeypatch):
+@pytest.mark.parametrize("layout,layer", [(Interleaved(), None), (Expost(slot=16), None), (Interleaved(), 0)],
+                         ids=["interleaved", "expost", "interleaved-inner-layer"])
+def test_one_head_product_per_forward_and_the_same_decisions_as_stream_by_stream(layout, layer, monkeypatch):
+    """(A head on an inner layer: the features of that layer's output, the scores only in forwards where a stream
+    decides there.)"""
     tr = tiny_interleaved_translator("gemma3")
     torch.manual_seed(3)
-    head = PolicyHead(torch.randn(2, tr.model.config.hidden_size), torch.tensor([0.0, 0.3]))
+    head = PolicyHead(torch.randn(2, tr.model.config.hidden_size), torch.tensor([0.0, 0.3]),
+                      {} if layer is None else {"layer": layer})
     policy = Learned(0.5, head)
-    calls = []
-    p_write = PolicyHead.p_write
+    calls, made = [], []
+    p_write, init = PolicyHead.p_write, HeadScores.__init__
 
     def counted(self, hidden):
         calls.append(hidden.shape[0] if hidden.dim() == 2 else 1)
         return p_write(self, hidden)
 
+    def registered(self, *args):
+        init(self, *args)
+        made.append(self)
+
     monkeypatch.setattr(PolicyHead, "p_write", counted)
+    monkeypatch.setattr(HeadScores, "__init__", registered)
     batched, engine = _run(tr, layout, policy, batch_size=6)
     assert 0 < len(calls) <= engine.stats.forwards  # at most one product a forward (one head), not one per stream
+    assert len(made) <= engine.stats.forwards and all(s.products <= 1 for s in made)  # a forward's scores: one
+    # product at most (a forward with an inner layer's head has scores only where a stream decides at that layer)
+    if layer is None:  # a forward whose streams decide nothing on its features computes none (the inner layer's are
+        assert any(s.products == 0 for s in made)  # made only where some stream decides)
     assert max(calls) > 1  # rows of several streams in one product
     products = len(calls)
     alone, _ = _run(tr, layout, policy, batch_size=1)  # batched == one stream

@@ -9,8 +9,10 @@ the streams that decide on features are computed, one product per head and one c
 head: the streams of one model); the others' questions are then list lookups. A forward in which no stream asks
 computes none. The stream hands its number to the policy (``StreamState.score``), which compares a float.
 
-Each row's score is that row's product with the head, as one stream's would be; a forward's features differ
-between a batched and a one-stream run within float32 rounding anyway, so batched == one stream holds as before.
+Each row's score is that row's product with the head, as one stream's would be, to float32 rounding (a product
+of many rows may sum in another order); a forward's features differ between a batched and a one-stream run within
+float32 rounding anyway, so batched == one stream holds as before. A stream asks only where its policy looks at
+the head (``consults_head``): a forward whose streams are all inside a chunk, or past the source, computes none.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 After each source unit is read, the stream feeds it and hands the policy the last hidden state of the last token
 fed (the unit's last token). The head turns it into p(WRITE) = softmax(W h + b)[1]; the policy writes when
 p >= ``tau``. In an engine, p(WRITE) comes computed for every row of the forward at once (``StreamState.score``:
-head_scores.py); the policy computes it itself only when handed the hidden state alone. Once it writes, the model writes a chunk until it ends it itself (the interleaved layout's
-end-of-write token, or any end token), then the policy reads again. Sweeping ``tau`` from low to high moves along
+head_scores.py); the policy computes it itself only when handed the hidden state alone. Once it writes, the
+model writes a chunk until it ends it itself (the interleaved layout's end-of-write token, or any end token), then
+the policy reads again. Sweeping ``tau`` from low to high moves along
 the latency-quality curve: a low threshold writes early, a high one waits.
 
 ``per_arrival``: decide once per arrival of source, on the last unit of it (EASiST decides once per speech block):

@@ -20,13 +20,14 @@ class Answers:
     @property
     def features(self) -> torch.Tensor | None:
         """The last hidden state of the layout's last placed token, if the last forward returned it."""
-        return self.features_and_score()[0]
+        return self.features_and_score(score=False)[0]
 
-    def features_and_score(self) -> tuple[torch.Tensor | None, float | None]:
-        """``features``, and the policy head's p(WRITE) of them when the engine computed it (None: not computed)."""
+    def features_and_score(self, score: bool = True) -> tuple[torch.Tensor | None, float | None]:
+        """``features``, and the policy head's p(WRITE) of them when the engine computes it (None: not computed;
+        ``score=False``: not asked for, so not computed for this forward's rows: head_scores.py)."""
         output = self._output()
         if output is not None:
-            return output.features, output.score
+            return output.features, output.score if score else None
         if self.stopped_at is not None:  # the decision's features, if the layout's list is still what was fed
             keep, tokens, hidden, score = self.stopped_at
             placed = self.state.tokens

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_right
+from dataclasses import replace
 
 import torch
 
@@ -89,6 +90,11 @@ class Source:
         read = self.state.units_read
         # units that came with the last one read and wait to be read (arrivals never decrease: a run after ``read``)
         waiting = bisect_right(self.arrivals, self.arrivals[read - 1], lo=read) - read if read else 0
-        features, score = self.features_and_score() if self.wants_features else (None, None)
-        return StreamState(read, self.source_finished, len(self.written), self.segment_reads, self.segment_words,
-                           self.model_ended_segment, features, waiting, score)
+        features = self.features if self.wants_features else None
+        state = StreamState(read, self.source_finished, len(self.written), self.segment_reads, self.segment_words,
+                            self.model_ended_segment, features, waiting)
+        consults = getattr(self.policy, "consults_head", None)
+        if features is None or (consults is not None and not consults(state)):
+            return state  # (the head's score is asked for only where the policy looks at it: head_scores.py computes
+            # a forward's scores when first asked)
+        return replace(state, score=self.features_and_score()[1])
