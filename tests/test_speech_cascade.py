@@ -136,6 +136,48 @@ def test_local_agreement_finds_confirmed_words_heard_a_little_differently():
     assert _respelled_end(words("²"), words("two")) is None  # (a digit that is no number: compared as it is)
 
 
+def test_local_agreement_confirms_a_hyphenated_compound_or_a_spelled_number_once():
+    """Whisper writes "smoke trailing" in one transcript and "smoke-trailing" in the next, "1" in one and "one" in
+    the next. Both are the words already confirmed: what follows them is new, and no word is confirmed twice
+    ("smoke smoke-trailing trailing", "and 1 and one gentleman": the transcripts of a Multi30k line, flite awb,
+    Whisper base, before 2026-12-07)."""
+    agreement = LocalAgreement(2, lookback=1)
+    hyphened = [("A", 0, 300), ("plane", 300, 700), ("with", 700, 1000), ("smoke-trailing...", 1000, 1500)]
+    plain = [("A", 0, 300), ("plane", 300, 700), ("with", 700, 1000), ("smoke", 1000, 1300), ("trailing", 1300, 1800),
+             ("its", 1800, 2000), ("assent", 2000, 2400)]
+    updates = [[("A", 0, 300), ("plane", 300, 700), ("with", 700, 1000), ("smoke.", 1000, 1400)], hyphened, plain,
+               hyphened[:3] + [("smoke-trailing", 1000, 1900), ("that's", 1900, 2100), ("a", 2100, 2200)],
+               plain[:5] + [("its", 1800, 2000), ("ascent", 2000, 2500), ("in", 2500, 2700)]]
+    got = [[w.text for w in agreement.update([TimedWord(*w) for w in u])] for u in updates]
+    assert got == [[], ["A", "plane", "with"], ["smoke"], ["trailing"], ["its"]]
+    assert [w.text for w in agreement.flush()] == ["ascent", "in"]
+    assert " ".join(w.text for w in agreement.confirmed) == "A plane with smoke trailing its ascent in"
+
+    from simulmt.speech.local_agreement import word_key
+
+    assert [word_key(w) for w in ("2", "Two,", "1.", "13", "42", "²", "2nd")] == \
+        ["two", "two", "one", "thirteen", "42", "²", "2nd"]
+    numbers = LocalAgreement(2)
+    heard = words("2", "horses", "1", "black", "and", "1", "brown", "and", "1")
+    numbers.update(heard)
+    assert len(numbers.update(heard + words("x", start=4500.0))) == 9
+    # the last transcript re-hears them with a word changed ("verses"), the numbers spelled and the times moved: the
+    # confirmed words are found by time and by their repeated tail, "and one" the same as "and 1"
+    assert numbers.update(words("Two", "verses", "one", "black", "and", "one", "brown", "and", "one", "gentleman",
+                                start=600.0)) == []
+    assert [w.text for w in numbers.flush()] == ["gentleman"]
+    assert " ".join(w.text for w in numbers.confirmed) == "2 horses 1 black and 1 brown and 1 gentleman"
+
+    from simulmt.speech.local_agreement import _after_words, _compound_parts
+
+    parts, owners = _compound_parts([TimedWord("bare-chested", 0, 1200), TimedWord("man,", 1200, 1500)])
+    assert [(p.text, p.start_ms, p.end_ms) for p in parts] == [("bare-", 0, 500), ("chested", 500, 1200),
+                                                             ("man,", 1200, 1500)] and owners == [0, 0, 1]
+    compound = [TimedWord("a-b-c", 0, 600), TimedWord("d", 600, 900)]
+    assert [w.text for w in _after_words(compound, ["a"])] == ["b-c", "d"]  # the rest of a compound stays one word
+    assert [w.text for w in _after_words(compound, ["a", "b", "c"])] == ["d"]
+    assert _after_words(compound, ["a", "c"]) is None and _after_words(words("-", "x"), ["x"]) is None
+
 def test_agreement_label_names_the_rule_for_run_records():
     from simulmt.speech.recognizer import agreement_label
 
@@ -699,7 +741,7 @@ def test_a_speech_runs_record_names_the_later_step_and_the_spelled_numbers(tmp_p
                                   asr_later_step_ms=later)
         label[later] = run_config(RunSpec("expost", "wait-k", 3), "m", options, test_set)["speech_model"]
     assert label[0] == "whisper tiny.en (step 500 ms, LocalAgreement-2, lookback 1, small numbers in words, " \
-        "first words with a capital, pause 700 ms)"
+        "first words with a capital, compounds and numbers matched, pause 700 ms)"
     assert label[1000] == label[0].replace("500 ms,", "500 ms, 1000 ms after a sentence's first words,")
 
 

@@ -48,6 +48,9 @@ def run_config(spec: RunSpec, model: str, options: EvaluateOptions, test_set: Te
             agreement += ", small numbers in words"  # (since 2026-11-30: runs before it gave the digits)
         if RecognizerOptions().capitalise_starts:
             agreement += ", first words with a capital"  # (since 2026-11-30, session 46)
+        if options.asr_policy != "alignatt":
+            agreement += ", compounds and numbers matched"  # (since 2026-12-07, session 48: a confirmed word is
+            # found again in a transcript that writes it as part of a compound, or a number in digits)
     beam = f", beam {options.asr_beam}" if options.asr_beam > 1 else ""
     later = f", {options.asr_later_step_ms} ms after a sentence's first words" if options.asr_later_step_ms else ""
     return {"run": spec.name, "model": model, "adapter": options.adapter, "dtype": dtype or options.dtype,

@@ -5,8 +5,8 @@ a transcript are unreliable (the word may be cut, the model may invent an ending
 ``n`` consecutive transcripts agree on it and on every word before it: the longest common prefix of the last ``n``
 hypotheses (after the words already confirmed) is emitted (Liu et al. 2020, "Low-latency sequence-to-sequence
 speech recognition and translation by partial hypothesis selection"; Macháček et al. 2023, whisper_streaming,
-with n = 2). Words are compared without case and surrounding punctuation; a confirmed word keeps the text and
-times of the newest hypothesis.
+with n = 2). Words are compared without case and surrounding punctuation, a small number as its word ("2" and
+"Two" agree); a confirmed word keeps the text and times of the newest hypothesis.
 
 Two options widen and narrow what counts as agreeing (both off: the published rule, two consecutive transcripts):
 
@@ -24,7 +24,9 @@ Each transcript covers the buffer, which holds the last ``in_buffer`` confirmed 
 are left when it trims the buffer): a transcript that begins with them goes on after them. One that re-heard the
 last few of them with other letters ("toward a" for "towards a", "A cute" for "Acute") goes on after them too, found
 by a character alignment (``_respelled_end``; until 2026-11-30 by time, and Whisper's spread word times let them be
-confirmed twice). Otherwise words that end before the last confirmed word's end (less ``overlap_ms``) are the past,
+confirmed twice); one that joins or splits a hyphenated compound at their end ("smoke" confirmed, "smoke-trailing"
+heard) goes on after the compound's parts they hold (``_after_words``; until 2026-12-07 by time: "smoke
+smoke-trailing"). Otherwise words that end before the last confirmed word's end (less ``overlap_ms``) are the past,
 and a run of words at the start that repeats the tail of the confirmed ones (up to 5 words) is dropped too. Pure:
 no model, no audio.
 """
@@ -39,6 +41,7 @@ from simulmt.speech.edit_distance import prefix_distances
 from simulmt.speech.spoken_numbers import NUMBER_WORDS
 
 _STRIP = string.punctuation + "“”‘’«»¿¡…–—"
+_NUMBERS = dict(enumerate(NUMBER_WORDS))
 
 
 @dataclass(frozen=True)
@@ -54,8 +57,10 @@ class TimedWord:
 
 
 def word_key(text: str) -> str:
-    """A word as transcripts are compared: without case and surrounding punctuation."""
-    return text.strip().strip(_STRIP).lower()
+    """A word as transcripts are compared: without case and surrounding punctuation, a small number as its word
+    (Whisper writes "2 horses" in one transcript and "Two horses" in the next: the same words)."""
+    key = text.strip().strip(_STRIP).lower()
+    return _NUMBERS.get(int(key), key) if key.isdecimal() and len(key) <= 2 else key
 
 
 @dataclass
@@ -120,8 +125,9 @@ class LocalAgreement:
         """``hypothesis`` after the words just confirmed: past them if it begins with them, else past their time."""
         if not newly:
             return hypothesis
-        if [w.key for w in hypothesis[:len(newly)]] == [w.key for w in newly]:
-            return hypothesis[len(newly):]
+        after = _after_words(hypothesis, [w.key for w in newly])
+        if after is not None:
+            return after
         return [w for w in hypothesis if w.end_ms > newly[-1].end_ms - self.overlap_ms]
 
     def flush(self, but_last: bool = False) -> list[TimedWord]:
@@ -143,8 +149,9 @@ class LocalAgreement:
         if not self.confirmed:
             return list(hypothesis)
         inside = self.confirmed[len(self.confirmed) - min(self.in_buffer, len(self.confirmed)):]
-        if inside and [w.key for w in hypothesis[:len(inside)]] == [w.key for w in inside]:
-            return list(hypothesis[len(inside):])  # it begins with what is confirmed: what follows is new
+        after = _after_words(hypothesis, [w.key for w in inside]) if inside else None
+        if after is not None:
+            return after  # it begins with what is confirmed: what follows is new
         if inside and (end := _respelled_end(inside, hypothesis)) is not None:
             return list(hypothesis[end:])  # it begins with what is confirmed, heard a little differently
         last_end = self.confirmed[-1].end_ms
@@ -156,14 +163,56 @@ class LocalAgreement:
         return words
 
 
-_NUMBERS = dict(enumerate(NUMBER_WORDS))
+def _after_words(hypothesis: list[TimedWord], keys: list[str]) -> list[TimedWord] | None:
+    """The words of ``hypothesis`` after its first words, if they are ``keys``; else, if its words with each
+    hyphenated compound cut into its parts begin with ``keys`` ("smoke" confirmed, then "smoke-trailing its"
+    heard: "trailing its" is new; "smoke trailing" confirmed, then "smoke-trailing its": "its"), what follows,
+    the rest of a compound cut there a word of its own; else None. (Without the parts, the time rule would take
+    the whole compound for new words: "smoke smoke-trailing".)"""
+    if [w.key for w in hypothesis[:len(keys)]] == keys:
+        return list(hypothesis[len(keys):])
+    parts, owners = _compound_parts(hypothesis)
+    if len(parts) == len(hypothesis) or [p.key for p in parts[:len(keys)]] != keys:
+        return None
+    after: list[TimedWord] = []
+    for i in range(len(keys), len(parts)):  # the parts of one compound left after the cut join again
+        part = parts[i]
+        if after and owners[i] == owners[i - 1]:
+            last = after[-1]
+            after[-1] = TimedWord(last.text + part.text, last.start_ms, part.end_ms, part.ends_segment)
+        else:
+            after.append(part)
+    return after
+
+
+def _compound_parts(words: list[TimedWord]) -> tuple[list[TimedWord], list[int]]:
+    """The words with each hyphenated compound cut after its hyphens ("smoke-trailing," -> "smoke-", "trailing,"),
+    each part timed by its share of the word's letters (and the word's segment end on its last part), and the index
+    of the word each part comes from."""
+    parts: list[TimedWord] = []
+    owners: list[int] = []
+    for index, word in enumerate(words):
+        pieces = word.text.strip().replace("-", "-\n").split("\n")
+        if len(pieces) < 2 or not all(word_key(p) for p in pieces):  # (a lone or trailing hyphen: not a compound)
+            parts.append(word)
+            owners.append(index)
+            continue
+        total, done = sum(len(p) for p in pieces), 0
+        for i, piece in enumerate(pieces):
+            start = word.start_ms + (word.end_ms - word.start_ms) * done / total
+            done += len(piece)
+            end = word.start_ms + (word.end_ms - word.start_ms) * done / total
+            parts.append(TimedWord(piece, start, end, word.ends_segment and i == len(pieces) - 1))
+            owners.append(index)
+    return parts, owners
+
+
 RESPELLED_WORDS = 6  # at most this many confirmed words heard differently are looked for by their letters
 
 
 def _letters(words: list[TimedWord]) -> str:
-    """The words' keys run together, small numbers spelled out: "a cute" and "acute", "2" and "two" alike."""
-    return "".join(_NUMBERS.get(int(w.key), w.key) if w.key.isdecimal() and len(w.key) <= 2 else w.key
-                   for w in words)
+    """The words' keys run together (small numbers spelled out, ``word_key``): "a cute" and "acute" alike."""
+    return "".join(w.key for w in words)
 
 
 def _respelled_end(inside: list[TimedWord], hypothesis: list[TimedWord]) -> int | None:
