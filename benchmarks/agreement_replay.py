@@ -43,7 +43,7 @@ def record(args) -> None:
 
     options = RecognizerOptions(model=args.asr_model, step_ms=args.step_ms, threads=args.threads, min_audio_ms=0,
                                 window_ms=args.window_ms, min_window_ms=args.min_window_ms, pause_ms=args.pause_ms,
-                                window_padding=args.window_padding)
+                                window_padding=args.window_padding, beam_size=args.asr_beam)
     whisper = Whisper(options)
     sources = Path(args.source).read_text(encoding="utf-8").splitlines()
     voices = args.voices.split(",")
@@ -201,6 +201,7 @@ def main() -> None:
     rec.add_argument("--min-window-ms", type=int, default=0)
     rec.add_argument("--window-padding", default="zeros", help="the window after the audio: zeros or silence")
     rec.add_argument("--pause-ms", type=int, default=0, help="as speech_voices.py (0: no voice activity)")
+    rec.add_argument("--asr-beam", type=int, default=1, help="the recogniser's beam (1: greedy, the default)")
     rec.add_argument("--threads", type=int, default=2)
     rec.add_argument("--output", required=True)
     rep = sub.add_parser("replay", help="each agreement rule on the recorded transcripts")
