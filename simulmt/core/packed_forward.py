@@ -44,6 +44,10 @@ class Decisions(Protocol):
     def head_rows(self, features: torch.Tensor) -> torch.Tensor | None:
         """(R,) bool: the answered queries whose logits are wanted (a READ needs none); None: all of them."""
 
+    # A runtime returns as ``PackedAnswer.features`` the very tensor it asked these questions on: the engine's
+    # policy-head scores (head_scores.py) are kept for that tensor by identity, and another one, even equal, has
+    # them computed again (the same numbers, one more head product).
+
 
 @dataclass(frozen=True)
 class Wants:

@@ -272,8 +272,8 @@ class Stream(Source, Proposals, Guesses, Answers):
                 # shared with others (``score``: the policy head's p(WRITE) of ``hidden``, for every row at once)
                 try:
                     return self.policy.decide(replace(state, features=hidden, score=score)) is Action.WRITE
-                except Exception:  # (this stream's own step raises it again, failing this stream alone)
-                    return True
+                except Exception:  # (this stream's own step raises it again, failing this stream alone; a head
+                    return True  # that cannot score the features fails inside the forward: every stream of it)
             self.pending = replace(self.pending, tokens=self.pending.tokens + guesses + alternatives,
                                    speculative=len(guesses), alternatives=len(alternatives), logits=bool(guesses),
                                    logits_if=writes if guesses else None,
