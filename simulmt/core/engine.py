@@ -233,7 +233,7 @@ class Engine:
         for members in groups.values():
             rows = [r for i in members for r in range(*spans[i])]
             part = logits if len(rows) == logits.shape[0] else logits[torch.tensor(rows, device=logits.device)]
-            table = [tuple(r) for r in requests[members[0]][0].vocabulary.best(part).tolist()]
+            table = requests[members[0]][0].vocabulary.best(part).tolist()  # (a row's pair as a list: indexed alike)
             at = 0
             for i in members:
                 n = spans[i][1] - spans[i][0]
@@ -328,7 +328,8 @@ class Engine:
         got = [r.logits for _, r in requests]  # which requests get logits (a ``logits_if`` may say no: no LM head)
         scores = HeadScores(heads, answered) if any(h is not None for h in heads) else None
         decisions = RequestDecisions(requests, first, answered, may_stop, scores) if conditional or may_stop else None
-        embedded = [s.embedding_of(t.token_id) for (s, _), f in zip(requests, fed) for t in f if t.token_id < 0]
+        embedded = [s.embedding_of(t.token_id) for (s, _), f in zip(requests, fed) for t in f if t.token_id < 0
+                    ] if len(tokens) and ids.numpy().min() < 0 else []  # (speech frames: ids < 0)
         extras = None
         if self.runner.shortlist is not None:  # each answered query's source tokens read (head_vocabulary.py)
             extras = [ids for s, r in requests for ids in read_source_ids(s.state.tokens, r.keep, r.tokens,

@@ -7,6 +7,8 @@ finished, with its cause and whether a new slot or turn had opened: the rate iss
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from simulmt.core.decoding import Rules
@@ -107,10 +109,11 @@ class Proposals:
 
     def _rules(self) -> Rules:
         """Which decoding rules exclude tokens now (besides the special tokens, always excluded)."""
-        return Rules.of(stops=not self.source_finished and (not self.policy.lets_model_end_segment
-                                                            or self.config.early_end == "ban"),
-                        segment_ends=bool(self.source_finished and self.segment_ends),  # e.g. end-of-write:
-                        # nothing is left to read
+        finished = self.source_finished
+        return Rules.of(stops=not finished and (not self.policy.lets_model_end_segment
+                                                or self.config.early_end == "ban"),
+                        segment_ends=bool(finished and self.segment_ends),  # e.g. end-of-write: nothing is left to
+                        # read
                         word_start=bool(not self.current and self.written and self.layout.continues_text(self.state)),
                         # the previous word is complete: the next token must start a new word (or end)
                         sentence_end=self.config.sentence_end == "source" and self._ahead_of_source())
@@ -123,7 +126,7 @@ class Proposals:
         read = sum(has_terminal(w) for w in self.source_words[:self.state.units_read])
         return self.target_sentences >= read
 
-    def _best_allowed(self, best: tuple[int, int], rules: Rules) -> int | None:
+    def _best_allowed(self, best: Sequence[int], rules: Rules) -> int | None:
         """The best token the rules allow, from the engine's best tokens (``Vocabulary.best``: without the special
         tokens, and without them and the stops); None where it cannot tell (a rule excludes that token, or no token
         is left): the scores must be looked at."""

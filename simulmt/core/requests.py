@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
@@ -23,7 +23,7 @@ class Answer(NamedTuple):
     row: int  # this answer's row in them
     all_features: torch.Tensor | None  # the forward's hidden states (None: not asked for)
     feature_row: int
-    best: tuple[int, int] | None  # ``Vocabulary.best`` of its logits, when the engine found it
+    best: Sequence[int] | None  # ``Vocabulary.best`` of its logits (a pair), when the engine found it
     scores: HeadScores | None = None  # the forward's policy-head scores (head_scores.py: for every row at once)
 
     @property

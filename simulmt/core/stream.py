@@ -56,7 +56,7 @@ from simulmt.core.proposals import Proposals
 from simulmt.core.stream_source import Source
 from simulmt.core.layouts.base import Layout
 from simulmt.core.placed import PlacedToken, common_prefix_length
-from simulmt.core.policies import Action, Policy, StreamState
+from simulmt.core.policies import Action, Policy
 from simulmt.core.prompt_format import PromptFormat
 from simulmt.core.requests import Answer, ForwardRequest, Status, Step
 from simulmt.core.runner import ContextOverflowError
@@ -132,7 +132,8 @@ class Stream(Source, Proposals, Guesses, Answers):
         self.segment_reads = self.segment_words = 0
         self.model_ended_segment = False
         self.done = False
-        self._decision: tuple[StreamState, Action] | None = None  # the policy's last answer and where it was given
+        self._decision: tuple[tuple, Action] | None = None  # the policy's last answer and where it was given
+        # (``decision_point()``)
         self.choices: dict[int, int] = {}  # context length (placed tokens) -> the token the sampler chose there
         self.error: SimulmtError | None = None  # set by an engine when the stream failed
         self.tokens_fed = self.forward_calls = self.cache_crops = self.refed_tokens = 0
@@ -207,10 +208,10 @@ class Stream(Source, Proposals, Guesses, Answers):
         """The policy's answer at this boundary, asked once: coming back after a forward (the target opener was
         fed) the answer stands, even for a learned policy whose features are now the opener's. None: the policy
         needs the hidden state of what was read, and a forward was requested."""
-        state = self.stream_state()
-        point = state if state.features is None else replace(state, features=None, score=None)
+        point = self.decision_point()
         if self._decision is not None and self._decision[0] == point:
             return self._decision[1]
+        state = self.stream_state(point)
         consults = getattr(self.policy, "consults_head", None)  # without it: the features, if they are at hand
         if self.wants_features and consults is not None and consults(state) and not self._features_at_hand():
             return None
@@ -234,7 +235,8 @@ class Stream(Source, Proposals, Guesses, Answers):
             return output
         keep = min(kept, len(target) - 1)  # the last token's logits are needed
         new = tuple(target[keep:])
-        if self.max_positions is not None and max(t.position for t in new) >= self.max_positions:
+        if self.max_positions is not None and (new[0].position if len(new) == 1 else max(t.position for t in new)
+                                               ) >= self.max_positions:
             raise ContextOverflowError(
                 f"the stream needs position id {max(t.position for t in new)}, beyond the model's context of "
                 f"{self.max_positions} positions; split the input into shorter lines (or use a smaller slot / phi)")

@@ -51,7 +51,7 @@ class Answers:
 
     def receive(self, logits: torch.Tensor | None, flops: float, features: torch.Tensor | None = None,
                 served: ForwardRequest | None = None, stopped: bool = False,
-                best: list[tuple[int, int]] | None = None, first: tuple[int, int] = (0, 0),
+                best: list | None = None, first: tuple[int, int] = (0, 0),
                 scores: HeadScores | None = None) -> None:
         """The engine served the pending request: the cache row now holds the layout's list (and the guessed tokens,
         if any were fed). ``logits``: its ``request.answered`` rows from row ``first[0]`` on (the
@@ -91,18 +91,25 @@ class Answers:
             self.stopped_forwards += 1
             self.flops += flops
             return
-        self.fed = self.fed[: request.keep] + list(request.tokens)
-        self.guessed, self.alternates = request.speculative + request.alternatives, request.alternatives
-        answers = [Answer(logits, first[0] + i, features, first[1] + i, None if best is None else best[i],
-                          scores) for i in range(request.answered)]
-        chain = len(self.fed) - request.alternatives  # tokens up to the last guess, in cache order
-        guessed = request.guess_answers  # the guessed tokens answered: each, or the last alone
-        self.outputs = {chain - request.speculative: answers[0]}
-        for i in range(1, 1 + guessed):
-            self.outputs[chain - guessed + i] = answers[i]
-        self.guessed_answers = set(range(chain - guessed + 1, chain + 1))
-        self.alternate_outputs = {chain + i: answers[1 + guessed + i] for i in range(request.alternatives)}
+        del self.fed[request.keep:]  # (in place: the list is the stream's own, and a copy costs by its length)
+        self.fed += request.tokens
+        speculative, alternatives = request.speculative, request.alternatives
+        self.guessed, self.alternates = speculative + alternatives, alternatives
+        chain = len(self.fed) - alternatives  # tokens up to the last guess, in cache order
+        if not speculative and not alternatives:  # (most requests: one answer, at the list's last token)
+            self.outputs = {chain: Answer(logits, first[0], features, first[1], None if best is None else best[0],
+                                          scores)}
+            self.guessed_answers, self.alternate_outputs = set(), {}
+        else:
+            answers = [Answer(logits, first[0] + i, features, first[1] + i, None if best is None else best[i],
+                              scores) for i in range(request.answered)]
+            guessed = request.guess_answers  # the guessed tokens answered: each, or the last alone
+            self.outputs = {chain - speculative: answers[0]}
+            for i in range(1, 1 + guessed):
+                self.outputs[chain - guessed + i] = answers[i]
+            self.guessed_answers = set(range(chain - guessed + 1, chain + 1))
+            self.alternate_outputs = {chain + i: answers[1 + guessed + i] for i in range(alternatives)}
         self.tokens_fed += len(request.tokens)
         self.forward_calls += 1
-        self.speculated += request.speculative + request.alternatives
+        self.speculated += speculative + alternatives
         self.flops += flops

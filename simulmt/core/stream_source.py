@@ -86,13 +86,21 @@ class Source:
     def source_finished(self) -> bool:
         return self.stream_finished and self.state.units_read == len(self.units)
 
-    def stream_state(self) -> StreamState:
+    def decision_point(self) -> tuple:
+        """Where the policy is asked, as a plain tuple: the fields of ``stream_state()`` but the features and their
+        score (a policy's answer at a point stands: ``Stream._decide``; a tuple is made and compared in C, a state
+        is not)."""
         read = self.state.units_read
         # units that came with the last one read and wait to be read (arrivals never decrease: a run after ``read``)
         waiting = bisect_right(self.arrivals, self.arrivals[read - 1], lo=read) - read if read else 0
+        return (read, self.source_finished, len(self.written), self.segment_reads, self.segment_words,
+                self.model_ended_segment, waiting)
+
+    def stream_state(self, point: tuple | None = None) -> StreamState:
+        """What the policy sees (``point``: ``decision_point()``, when the caller has it)."""
+        read, finished, written, segment_reads, segment_words, ended, waiting = point or self.decision_point()
         features = self.features if self.wants_features else None
-        state = StreamState(read, self.source_finished, len(self.written), self.segment_reads, self.segment_words,
-                            self.model_ended_segment, features, waiting)
+        state = StreamState(read, finished, written, segment_reads, segment_words, ended, features, waiting)
         consults = getattr(self.policy, "consults_head", None)
         if features is None or (consults is not None and not consults(state)):
             return state  # (the head's score is asked for only where the policy looks at it: head_scores.py computes
