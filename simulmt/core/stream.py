@@ -235,10 +235,10 @@ class Stream(Source, Proposals, Guesses, Answers):
             return output
         keep = min(kept, len(target) - 1)  # the last token's logits are needed
         new = tuple(target[keep:])
-        if self.max_positions is not None and (new[0].position if len(new) == 1 else max(t.position for t in new)
-                                               ) >= self.max_positions:
+        furthest = new[0].position if len(new) == 1 else max(t.position for t in new)  # (one token: most requests)
+        if self.max_positions is not None and furthest >= self.max_positions:
             raise ContextOverflowError(
-                f"the stream needs position id {max(t.position for t in new)}, beyond the model's context of "
+                f"the stream needs position id {furthest}, beyond the model's context of "
                 f"{self.max_positions} positions; split the input into shorter lines (or use a smaller slot / phi)")
         guesses: tuple[PlacedToken, ...] = ()
         if draft and self.execution.speculate and self.drafts and not self.current and target[-1].role.target_side:
