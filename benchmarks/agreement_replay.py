@@ -45,6 +45,7 @@ def record(args) -> None:
                                 window_ms=args.window_ms, min_window_ms=args.min_window_ms, pause_ms=args.pause_ms,
                                 window_padding=args.window_padding, beam_size=args.asr_beam)
     whisper = Whisper(options)
+    whisper.want_probabilities = True  # (each word's probability recorded: --min-word-probability replays it)
     sources = Path(args.source).read_text(encoding="utf-8").splitlines()
     voices = args.voices.split(",")
     inexact = 0
@@ -80,8 +81,8 @@ def recorded_updates(whisper, options, audio: np.ndarray) -> tuple[list[dict], b
     def recorded(samples, prompt=""):
         words = transcribe(samples, prompt)
         updates.append({"t": recognizer.received_ms, "audio_ms": 1000 * len(samples) / 16000,
-                        "words": [(w.text, w.start_ms + recognizer.offset_ms, w.end_ms + recognizer.offset_ms)
-                                  for w in words]})
+                        "words": [(w.text, w.start_ms + recognizer.offset_ms, w.end_ms + recognizer.offset_ms,
+                                   round(w.probability, 4)) for w in words]})
         return words
 
     whisper.transcribe = recorded
@@ -122,7 +123,7 @@ def confirm(line: dict, rule: dict, step_ms: int, min_audio_ms: int, later_step_
                 continue
         if decoded is not None:
             decoded.append(len(update["words"]))
-        hypothesis = [TimedWord(text, start, end) for text, start, end in update["words"]]
+        hypothesis = [TimedWord(*word[:3], probability=word[3] if len(word) > 3 else 1.0) for word in update["words"]]
         newly = agreement.update(hypothesis, update["t"])
         confirmed += [(w.text, update["t"]) for w in newly]
         in_sentence, next_sentence = sentence_progress(in_sentence, newly, agreement.history[-1] if
@@ -167,6 +168,7 @@ def replay(args) -> None:
     print(f"| rule | WER % | BLEU | speech / text | word {args.k}'s lag p50 / p95 ms | mean lag of a word ms | "
           "transcripts / audio s | words decoded / audio s |\n|---|---:|---:|---:|---:|---:|---:|---:|")
     rules = [RULES[1]] if args.default_rule else RULES
+    rules = rules + [{**RULES[1], "min_probability": p} for p in args.min_word_probability]
     for rule in rules:
         decoded: list[int] = []
         confirmed = [confirm(line, rule, args.step_ms, min_audio_ms, args.later_step_ms, args.fast_words, decoded)
@@ -181,7 +183,7 @@ def replay(args) -> None:
         print(f"| {name} | {100 * wer:.1f} | {score:.2f} | {score / text:.3f} | {np.percentile(lags, 50):.0f} / "
               f"{np.percentile(lags, 95):.0f} | {np.mean(every):.0f} | {len(decoded) / audio_s:.2f} | "
               f"{sum(decoded) / audio_s:.2f} |", flush=True)
-    whole = [" ".join(w for w, _, _ in line["updates"][-1]["words"]) if line["updates"] else "" for line in lines]
+    whole = [" ".join(w[0] for w in line["updates"][-1]["words"]) if line["updates"] else "" for line in lines]
     wer = token_error_rate(sources, [words_of(typed(t.split())) for t in whole])
     score = translated([typed(t.split()) for t in whole])
     print(f"| the whole file's last transcript | {100 * wer:.1f} | {score:.2f} | {score / text:.3f} | - | - | - | - |")
@@ -213,6 +215,8 @@ def main() -> None:
                      help="a longer step once --fast-words words are confirmed (0: every step --step-ms)")
     rep.add_argument("--fast-words", type=int, default=3)
     rep.add_argument("--default-rule", action="store_true", help="only the default rule (lookback 1)")
+    rep.add_argument("--min-word-probability", type=float, nargs="*", default=[],
+                     help="also the default rule with each of these min_word_probability (recorded since session 50)")
     add_written_words_options(rep)
     rep.add_argument("--model", default=None)
     rep.add_argument("--dtype", default="float16-packed")

@@ -96,7 +96,7 @@ def main() -> int:
                 encoded = whisper.model.model.encode(
                     ctranslate2.StorageView.from_array(encode(audio[:end], window)[None]), to_cpu=False)
                 segments = whisper._decode(encoded, "", 1000 * end / 16000)
-            heard.append(words_of(" ".join(whisper.tokenizer.decode(ids) for _, _, ids in segments)))
+            heard.append(words_of(" ".join(whisper.tokenizer.decode(ids) for _, _, ids, _ in segments)))
             references.append(words_of(sources[i]))
         print(f"window {seconds:g} s: WER of the whole files {100 * token_error_rate(references, heard):.1f}%")
     return 0

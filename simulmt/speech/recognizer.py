@@ -73,6 +73,8 @@ class RecognizerOptions:
     # docs/speech-recogniser.md: 1 confirms a line's third word 126 ms sooner at p95, the same WER and BLEU)
     agreement_cut_last: bool = False  # LocalAgreement: an earlier transcript's last word is no evidence (the audio may
     # have cut it)
+    min_word_probability: float = 0.0  # LocalAgreement: a word the newest transcript gives a lower probability (its
+    # tokens' product, the first one's case variants counted together) is not final yet, agreed or not (0: off)
     min_audio_ms: int = 1000  # no transcript of a buffer shorter than this (but at a pause or the end of the audio)
     margin_ms: int = 500  # AlignAtt: a word aligned this close to the end of the audio is not final yet
     trim_ms: int = 12000  # past this the buffer is cut after a confirmed word
@@ -102,6 +104,9 @@ class RecognizerOptions:
                 raise SimulmtError(f"recogniser option {name} must be at least 1, got {getattr(self, name)}")
         if self.policy not in POLICIES:
             raise SimulmtError(f"unknown recogniser policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
+        if not 0.0 <= self.min_word_probability <= 1.0:
+            raise SimulmtError(f"recogniser option min_word_probability must be within 0..1 (0: off), got "
+                               f"{self.min_word_probability}")
         for name in ("margin_ms", "hold_ms", "min_audio_ms", "agreement_lookback"):
             if getattr(self, name) < 0:
                 raise SimulmtError(f"recogniser option {name} must be at least 0, got {getattr(self, name)}")
@@ -238,7 +243,7 @@ class Whisper:
         segments = self._decode(encoded, prompt, audio_ms)
 
         def texts(decoded: list) -> list[str]:
-            return [w for _, _, ids in decoded for w in tok.decode(ids).split()]
+            return [w for _, _, ids, _ in decoded for w in tok.decode(ids).split()]
         if degenerate(texts(segments), audio_ms):  # a loop (repetition.py): again without the prompt (which may
             # hold the loop), repeats penalised; the less repetitive of the two is kept
             again = self._decode(encoded, "", audio_ms, repetition_penalty=FALLBACK_PENALTY)
@@ -248,52 +253,115 @@ class Whisper:
         return self._spread_words(segments)
 
     def _decode(self, encoded, prompt: str, audio_ms: float, repetition_penalty: float = 1.0) -> list:
-        """The decoder's segments (``(start_ms, end_ms, token ids)``) for encoded audio, after ``prompt``."""
+        """The decoder's segments (``(start_ms, end_ms, token ids, token probabilities)``) for encoded audio, after
+        ``prompt``; the probabilities are 1.0 unless ``word_probabilities`` is on."""
         tok, model = self.tokenizer, self.model
         previous = tok.encode(" " + prompt.strip())[-(224 - 1):] if prompt.strip() else []
         tokens = ([tok.sot_prev, *previous] if previous else []) + list(tok.sot_sequence)
+        scored = self.word_probabilities
         result = model.model.generate(encoded, [tokens], beam_size=self.options.beam_size, max_length=448,
                                       suppress_blank=True, suppress_tokens=[-1], max_initial_timestamp_index=50,
-                                      repetition_penalty=repetition_penalty)[0]
-        segments, text, start_ms = [], [], 0.0
-        for token in result.sequences_ids[0]:
+                                      repetition_penalty=repetition_penalty, return_logits_vocab=scored)[0]
+        ids = result.sequences_ids[0]
+        probabilities = self._token_probabilities(ids, result.logits[0]) if scored else [1.0] * len(ids)
+        segments, text, chances, start_ms = [], [], [], 0.0
+        for token, chance in zip(ids, probabilities):
             if token >= tok.timestamp_begin:  # a timestamp: it ends the text before it, and starts what follows
                 at_ms = min(audio_ms, 20.0 * (token - tok.timestamp_begin))
                 if text:
-                    segments.append((start_ms, at_ms, text))
-                    text = []
+                    segments.append((start_ms, at_ms, text, chances))
+                    text, chances = [], []
                 start_ms = at_ms
             elif token < tok.eot:
                 text.append(token)
+                chances.append(chance)
         if text:  # (cut off without a closing timestamp: it runs to the end of the audio)
-            segments.append((start_ms, audio_ms, text))
+            segments.append((start_ms, audio_ms, text, chances))
         return segments
 
+    @property
+    def word_probabilities(self) -> bool:
+        """Are the words' probabilities computed (``TimedWord.probability``)? With ``min_word_probability``, or when
+        asked (``want_probabilities``: a recording of the transcripts for replays). The decoder then returns every
+        step's scores over the vocabulary: a little host work a token."""
+        return self.options.min_word_probability > 0 or getattr(self, "want_probabilities", False)
+
+    def _token_probabilities(self, ids: list[int], logits: list) -> list[float]:
+        """Each generated token's probability under the decoder's scores at its step (softmax over the whole
+        vocabulary, timestamps included), a word-initial token's case variant counted with it ("The" and "the":
+        transcripts agree on words without case)."""
+        chances = []
+        for token, row in zip(ids, logits):
+            scores = np.asarray(row, dtype=np.float32).ravel()
+            if token >= len(scores):
+                chances.append(1.0)
+                continue
+            exp = np.exp(scores - scores.max())
+            variant = self._case_variant(token)
+            chances.append(float((exp[token] + (exp[variant] if variant is not None else 0.0)) / exp.sum()))
+        return chances
+
+    def _case_variant(self, token: int) -> int | None:
+        """The one token that is ``token``'s text with its first letter's case swapped (" The" -> " the"), if any."""
+        cache = self.__dict__.setdefault("_variants", {})
+        if token not in cache:
+            text = self.tokenizer.decode([token]) if token < self.tokenizer.eot else ""
+            stripped = text.lstrip()
+            found = None
+            if stripped[:1].isalpha():
+                swapped = text[:len(text) - len(stripped)] + stripped[0].swapcase() + stripped[1:]
+                encoded = self.tokenizer.encode(swapped)
+                found = encoded[0] if len(encoded) == 1 and encoded[0] != token else None
+            cache[token] = found
+        return cache[token]
+
     def _spread_words(self, segments: list) -> list[TimedWord]:
-        """The words of the decoded segments (``(start, end, token ids)``), timed by spreading each segment's
-        time over its words."""
+        """The words of the decoded segments (``(start, end, token ids, probabilities)``), timed by spreading each
+        segment's time over its words."""
         words: list[TimedWord] = []
-        for start, end, ids in segments:
-            timed = [t for t in _spread(self.tokenizer.decode(ids).split(), start, max(start, end)) if t[0]]
-            words += [TimedWord(text, s, e, ends_segment=i == len(timed) - 1) for i, (text, s, e) in enumerate(timed)]
+        for start, end, ids, chances in segments:
+            texts = self.tokenizer.decode(ids).split()
+            timed = _spread(texts, start, max(start, end))
+            chance = self._word_chances(ids, chances, len(texts))
+            timed = [(*t, p) for t, p in zip(timed, chance) if t[0]]
+            words += [TimedWord(text, s, e, ends_segment=i == len(timed) - 1, probability=p)
+                      for i, (text, s, e, p) in enumerate(timed)]
+        return words
+
+    def _word_chances(self, ids: list[int], chances: list[float], count: int) -> list[float]:
+        """The probability of each of the ``count`` words ``ids`` decode to: the product of its tokens' (a token
+        belongs to the word its text ends in; one of punctuation alone is left out, as words are compared without
+        it; 1.0 for each word when they are not computed)."""
+        words = [1.0] * count
+        if not self.word_probabilities or not count:
+            return words
+        for j, chance in enumerate(chances):
+            if not any(c.isalnum() for c in self.tokenizer.decode([ids[j]])):
+                continue
+            index = min(count, max(1, len(self.tokenizer.decode(ids[:j + 1]).split()))) - 1
+            words[index] *= chance
         return words
 
 
     def _aligned(self, encoded, segments: list, frames: int, audio_ms: float) -> list[TimedWord]:
-        """The words of the decoded segments (``(start, end, token ids)``), each timed by the cross-attention
-        alignment of the whole transcript to the first ``frames`` mel frames (dynamic time warping over Whisper's
-        alignment heads); punctuation joins the word before it. A segment's last word ends a segment."""
-        tokens = [t for _, _, ids in segments for t in ids]
+        """The words of the decoded segments (``(start, end, token ids, probabilities)``), each timed by the
+        cross-attention alignment of the whole transcript to the first ``frames`` mel frames (dynamic time warping
+        over Whisper's alignment heads); punctuation joins the word before it. A segment's last word ends a
+        segment."""
+        tokens = [t for _, _, ids, _ in segments for t in ids]
         if not tokens:
             return []
         try:
             found = self.model.find_alignment(self.tokenizer, [tokens], encoded, frames)[0]
         except IndexError:  # no alignment (faster-whisper fails on an empty one, e.g. a few frames of audio)
             return self._spread_words(segments)
-        ends = set(np.cumsum([len(ids) for _, _, ids in segments]).tolist())  # token counts at segment ends
+        ends = set(np.cumsum([len(ids) for _, _, ids, _ in segments]).tolist())  # token counts at segment ends
+        chances = [c for _, _, _, cs in segments for c in cs]  # (1.0 each without word_probabilities)
         words: list[TimedWord] = []
         count = 0
         for item in found:
+            chance = float(np.prod([chances[k] for k in range(count, count + len(item["tokens"]))
+                                    if any(c.isalnum() for c in self.tokenizer.decode([tokens[k]]))]))
             count += len(item["tokens"])
             text = item["word"].strip()
             start, end = min(audio_ms, 1000.0 * float(item["start"])), min(audio_ms, 1000.0 * float(item["end"]))
@@ -301,9 +369,10 @@ class Whisper:
                 continue
             if words and (not item["word"].startswith(" ") or all(c in _PUNCTUATION for c in text)):
                 last = words[-1]  # (a piece of the word before, or its punctuation)
-                words[-1] = TimedWord(last.text + text, last.start_ms, max(last.end_ms, end), count in ends)
+                words[-1] = TimedWord(last.text + text, last.start_ms, max(last.end_ms, end), count in ends,
+                                      last.probability * chance)
                 continue
-            words.append(TimedWord(text, start, end, count in ends))
+            words.append(TimedWord(text, start, end, count in ends, chance))
         return words
 
 
@@ -405,6 +474,7 @@ class StreamingRecognizer:
         self.agreement = (AlignAtt(margin_ms=self.options.margin_ms) if self.options.policy == "alignatt"
                           else LocalAgreement(self.options.agreement, hold_ms=self.options.hold_ms,
                                              lookback=self.options.agreement_lookback,
+                                             min_probability=self.options.min_word_probability,
                                              cut_last=self.options.agreement_cut_last))
         self.voice: VoiceActivity | None = None
         if self.options.pause_ms:
@@ -470,7 +540,7 @@ class StreamingRecognizer:
         if paused:  # decode the speech, not the silence after it (where Whisper invents words: measured, loops)
             speech_end_ms = self.voice.heard_ms - self.voice.trailing_silence_ms()
             audio = self.buffer[:max(0, int((speech_end_ms + SPEECH_PAD_MS - self.offset_ms) * RATE / 1000))]
-        words = [TimedWord(w.text, w.start_ms + self.offset_ms, w.end_ms + self.offset_ms, w.ends_segment)
+        words = [replace(w, start_ms=w.start_ms + self.offset_ms, end_ms=w.end_ms + self.offset_ms)
                  for w in (self.whisper.transcribe(audio, prompt) if len(audio) else [])]
         if paused:
             words = [w for w in words if w.start_ms < speech_end_ms]
